@@ -1,0 +1,203 @@
+/*
+ * pa-kit kernel ABI, version 1: the single source of truth for how the host talks to a paged-attention
+ * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
+ * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
+ *
+ * ABI v1 is the ATB paged-attention ND decode contract (fp16/bf16, one query token per sequence):
+ *
+ *   int32_t call_kernel(uint32_t block_dim, void *stream, <PA_NUM_PTR_ARGS pointers in PA_ARG_* order>);
+ *
+ * Every pointer is a byte address of global memory; the kernel casts it to the element type named below
+ * before adding any tiling offset, so all tiling offsets are ELEMENT offsets of that type.  Pointer slots
+ * a decode kernel does not use (mask, dequant, razor, scale, logN, eye, go, k16, v16) are passed as NULL
+ * by the launcher and are never dereferenced when PA_TW_MASK_MAX_LEN == 0 and PA_TW_SCALETYPE == 0.
+ *
+ * Our kernels also export
+ *   int32_t pa_abi_version(void);        returns PA_ABI_VERSION
+ *   uint32_t pa_supported_keys(void);    bit i set <=> tiling key PA_KEY_LIST[i] is executed
+ *   int32_t call_kernel_noop(...);       same signature as call_kernel, does nothing (launch-overhead probe)
+ * A library without pa_abi_version is an external ATB-ABI kernel: void return, keys 0/1/16/17 only, and it
+ * does not write the rows of empty sequences (the launcher zeroes them).
+ *
+ * Return codes (our kernels): PA_OK, or one of PA_ERR_*; the mock fills a pa_mock_error record too.
+ */
+#ifndef PA_KERNEL_ABI_H
+#define PA_KERNEL_ABI_H
+
+#include <stdint.h>
+
+#define PA_ABI_VERSION 1
+
+/* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
+#define PA_ARG_Q 0             /* [IN]  query  [B, Hq, D]                                             */
+#define PA_ARG_K 1             /* [IN]  key cache   [num_blocks, block_size, Hkv, D]                  */
+#define PA_ARG_V 2             /* [IN]  value cache [num_blocks, block_size, Hkv, D]                  */
+#define PA_ARG_BLOCK_TABLES 3  /* [int32] [B, max_pages], row chosen by PA_BF_BATCH_IDX                */
+#define PA_ARG_MASK 4          /* unused in decode: NULL                                               */
+#define PA_ARG_DEQ_SCALE1 5    /* unused (int8 KV): NULL                                               */
+#define PA_ARG_DEQ_OFFSET1 6   /* unused: NULL                                                         */
+#define PA_ARG_DEQ_SCALE2 7    /* unused: NULL                                                         */
+#define PA_ARG_DEQ_OFFSET2 8   /* unused: NULL                                                         */
+#define PA_ARG_RAZOR_OFFSET 9  /* unused: NULL                                                         */
+#define PA_ARG_SCALE 10        /* unused (quant scale): NULL                                           */
+#define PA_ARG_LOGN 11         /* unused (PA_TW_SCALETYPE == 0): NULL                                  */
+#define PA_ARG_EYE 12          /* unused: NULL                                                         */
+#define PA_ARG_O 13            /* [OUT = IN] output [B, Hq, D]                                         */
+#define PA_ARG_S 14            /* [fp32] per-core QK scores, PA_S_CORE_STRIDE_ELEMS per block_idx      */
+#define PA_ARG_P 15            /* [IN]  per-core probabilities, PA_P_CORE_STRIDE_ELEMS per block_idx   */
+#define PA_ARG_O_TMP 16        /* [fp32] per-core tile P.V, PA_O_TMP_CORE_STRIDE_ELEMS per block_idx   */
+#define PA_ARG_GO 17           /* never read or written: NULL                                          */
+#define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_nonempty, Hq, kvCN, D]       */
+#define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_nonempty, Hq, kvCN]           */
+#define PA_ARG_K16 20          /* unused (dequant staging): NULL                                       */
+#define PA_ARG_V16 21          /* unused: NULL                                                         */
+#define PA_ARG_TILING 22       /* [uint32 words] PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * B     */
+#define PA_NUM_PTR_ARGS 23
+
+/* ---- tiling header words (read as uint32 unless noted) ------------------------------------------------ */
+#define PA_TW_BATCH 0               /* B (informational)                                                 */
+#define PA_TW_NUMHEADS 1            /* Hq                                                                */
+#define PA_TW_HEADDIM 2             /* D, the row stride of q/o and the per-head stride of k/v           */
+#define PA_TW_NUMBLOCKS 3           /* pages in the cache (the NPU kernel ignores it; the mock checks)   */
+#define PA_TW_BLOCKSIZE 4           /* tokens per page                                                   */
+#define PA_TW_MAXBLOCKS 5           /* row stride of the block table, in int32 elements                  */
+#define PA_TW_TOR 6                 /* softmax scale, float32 bit pattern                                */
+#define PA_TW_KVHEADS 7             /* Hkv                                                               */
+#define PA_TW_FORMER_BATCH 8        /* schedule positions in the former pass                             */
+#define PA_TW_FORMER_HEAD 9         /* q heads per task in the former pass                               */
+#define PA_TW_TAIL_BATCH 10         /* schedule positions in the tail pass (BN only)                     */
+#define PA_TW_TAIL_HEAD 11          /* q heads per task in the tail pass                                 */
+#define PA_TW_HEADNUM_MOVE 12       /* kv heads per K load (2 for MHA with D <= 128, else 1)             */
+#define PA_TW_MASK_MAX_LEN 13       /* 0: no mask, the mask pointer is never read                        */
+#define PA_TW_BATCH_STRIDE 14       /* mask batch stride (0)                                             */
+#define PA_TW_HEAD_STRIDE 15        /* mask head stride (0)                                              */
+#define PA_TW_KEY 16                /* tiling key, see PA_KEY_*                                          */
+#define PA_TW_HEADSIZE 17           /* must be PA_TILING_HEADER_WORDS                                    */
+#define PA_TW_PARASIZE 18           /* must be PA_TILING_BATCH_WORDS                                     */
+#define PA_TW_GROUPNUM 19           /* Hq / Hkv                                                          */
+#define PA_TW_FORMER_GROUP_MOVE 20  /* q heads sharing one K/V tile load, former pass                    */
+#define PA_TW_TAIL_GROUP_MOVE 21    /* same, tail pass (0 when there is no tail)                         */
+#define PA_TW_MAX_KVSEQLEN 22       /* max context length (informational)                                */
+#define PA_TW_KVSPLIT 23            /* tokens per split; a multiple of PA_TW_BLOCKSIZE                   */
+#define PA_TW_KVCORENUM 24          /* kvCN, splits per sequence (1 = no split)                          */
+#define PA_TW_BLOCKSIZE_CALC 25     /* tokens per inner tile, see the tile rule                          */
+#define PA_TW_TOTAL_BLOCK_NUM 26    /* prefill q blocks: 0                                               */
+#define PA_TW_PREFILL_BS 27         /* prefill batches: must be 0                                        */
+#define PA_TW_DECODER_BS 28         /* B, number of per-sequence slots                                   */
+#define PA_TW_HEADDIM_V 29          /* Dv, must equal D                                                  */
+#define PA_TW_MODCOEF 30            /* mask modulus: 0xFFFFFFFF                                          */
+#define PA_TW_DIVCOEF 31            /* mask divisor: 1                                                   */
+#define PA_TW_QHEADORIGINAL 32      /* Hq                                                                */
+#define PA_TW_COMPRESSHEAD 33       /* 0                                                                 */
+#define PA_TW_QUANTYPE 34           /* 0                                                                 */
+#define PA_TW_DATA_SHAPE_TYPE 35    /* 0 (BSND)                                                          */
+#define PA_TW_SCALETYPE 36          /* 0 (plain scale; 2 would read PA_ARG_LOGN)                         */
+#define PA_TW_MASK_TYPE_ND 37       /* 0                                                                 */
+#define PA_TW_HEADDIM_K_SPLIT 38    /* min(D, 256), MLA only                                             */
+#define PA_TW_HEADDIM_V_SPLIT 39    /* min(D, 256), MLA only                                             */
+#define PA_TW_HEADDIM_V_SPLIT_VECTOR_FORMER 40
+#define PA_TW_HEADDIM_V_SPLIT_VECTOR_TAIL 41
+#define PA_TW_MTP_HEAD_SPLIT_SIZE 42 /* 0                                                                */
+#define PA_TW_MTP_HEAD_SPLIT_NUM 43  /* 0                                                                */
+#define PA_TILING_HEADER_WORDS 44
+
+/* ---- per-sequence slot s: words [PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * s, +17) ------------- */
+#define PA_BF_Q_SEQLEN 0        /* 1 (decode)                                                            */
+#define PA_BF_KV_SEQLEN 1       /* context length in tokens; 0 = empty sequence (zero output row)        */
+#define PA_BF_M_UBD 2           /* 16                                                                    */
+#define PA_BF_BLOCK_SIZE 3      /* tokens per page (informational)                                       */
+#define PA_BF_ADDR_Q_HI 4       /* q row offset, IN elements: s * Hq * D, high 32 bits                   */
+#define PA_BF_ADDR_Q_LO 5       /*                                          low 32 bits                  */
+#define PA_BF_ADDR_O_HI 6       /* o row offset, OUT elements: s * Hq * D                                */
+#define PA_BF_ADDR_O_LO 7
+#define PA_BF_BATCH_IDX 8       /* block-table row of this slot (= s)                                    */
+#define PA_BF_TOTAL_Q_BLK 9     /* 0                                                                     */
+#define PA_BF_MASK_OFFSET_HI 10 /* 0                                                                     */
+#define PA_BF_ADDR_L_HI 11      /* l offset, fp32 elements: advances kvCN * Hq per non-empty slot        */
+#define PA_BF_ADDR_L_LO 12
+#define PA_BF_GATHER 13         /* gather map: schedule position p runs slot word(p, 13); a permutation  */
+#define PA_BF_MASK_OFFSET_LO 14 /* 0                                                                     */
+#define PA_BF_ADDR_OFD_HI 15    /* o_core offset in "one split" units (Hq * D fp32 per non-empty slot);  */
+#define PA_BF_ADDR_OFD_LO 16    /* the kernel multiplies it by kvCN                                      */
+#define PA_TILING_BATCH_WORDS 17
+
+/* ---- tiling keys ----------------------------------------------------------------------------------------
+ * key = (split_block << 7) | (split_kv << 4) | bf16.  Valid: 0, 1, 16, 17 (whole-page tiles) and
+ * 128, 129, 144, 145 (split-block extension: the tile is a divisor of the page).  Any other key makes our
+ * kernels return PA_ERR_BAD_KEY; an ATB-ABI kernel would silently do nothing.
+ */
+#define PA_KEY_BF16_BIT 1
+#define PA_KEY_SPLIT_KV_BIT 16
+#define PA_KEY_SPLIT_BLOCK_BIT 128
+#define PA_KEY_FP16 0
+#define PA_KEY_BF16 1
+#define PA_KEY_FP16_SPLIT_KV 16
+#define PA_KEY_BF16_SPLIT_KV 17
+#define PA_KEY_FP16_SPLIT_BLOCK 128
+#define PA_KEY_BF16_SPLIT_BLOCK 129
+#define PA_KEY_FP16_SPLIT_KV_SPLIT_BLOCK 144
+#define PA_KEY_BF16_SPLIT_KV_SPLIT_BLOCK 145
+#define PA_NUM_KEYS 8
+/* pa_supported_keys() bit i refers to PA_KEY_LIST[i] in this order: 0, 1, 16, 17, 128, 129, 144, 145 */
+#define PA_SUPPORTED_KEYS_ATB 15   /* bits 0-3: what an external ATB-ABI kernel runs                     */
+#define PA_SUPPORTED_KEYS_ALL 255
+
+/* ---- tile rule ------------------------------------------------------------------------------------------
+ * T = PA_TW_BLOCKSIZE_CALC tokens per inner tile, bs = PA_TW_BLOCKSIZE.
+ *  - whole-page keys:  T is a positive multiple of bs (pages per tile = T / bs >= 1), T * D <= PA_TILE_ELEMS_LIMIT.
+ *  - split-block keys: T divides bs (T <= bs, bs % T == 0), T a multiple of 16.
+ * The planner picks: T = 2*bs if bs <= 64 and 2*bs*D <= PA_TILE_ELEMS_LIMIT (ATB); T = bs if bs*D <=
+ * PA_TILE_ELEMS_LIMIT and not (D == 256 and bs >= 128); otherwise split-block with
+ * T = PA_SPLIT_BLOCK_TILE_TOKENS (ATB uses 128 for D == 256; we use it for every page too large for L1).
+ * Per task and tile the scratch must fit:  heads * round16(tokens in tile) <= PA_S_HALF_ELEMS (S and P)
+ * and heads * round16(D) <= PA_O_TMP_HALF_ELEMS.
+ */
+#define PA_TILE_ELEMS_LIMIT 16384
+#define PA_SPLIT_BLOCK_TILE_TOKENS 128
+#define PA_TILE_ALIGN_TOKENS 16
+
+/* ---- per-core scratch strides (elements of the slot's type; two halves for the stage-1/stage-2 tiles) -- */
+#define PA_S_CORE_STRIDE_ELEMS 32768     /* fp32                                                          */
+#define PA_S_HALF_ELEMS 16384
+#define PA_P_CORE_STRIDE_ELEMS 65536     /* IN dtype                                                      */
+#define PA_P_HALF_ELEMS 32768
+#define PA_O_TMP_CORE_STRIDE_ELEMS 65536 /* fp32                                                          */
+#define PA_O_TMP_HALF_ELEMS 32768
+
+/* ---- split limits ---------------------------------------------------------------------------------------
+ * Combine: the vector core holds m_split rows of round8(D) floats: kvCN * round8(D) <= PA_COMBINE_UB_FLOATS
+ * (kvCN <= 64 at D = 128, <= 32 at D = 256).  The planner caps kvCN there.
+ * ATB caps q heads per task at PA_HEAD_SPLIT_LIMIT.
+ */
+#define PA_COMBINE_UB_FLOATS 8192
+#define PA_HEAD_SPLIT_LIMIT 32
+#define PA_MAX_HEAD_DIM 256
+#define PA_MAX_BATCH 65535
+
+/* ---- where our planner departs from ATB, and why ------------------------------------------------------
+ * 1. Long-sequence split-KV keeps ATB's batch guard (B <= 0.8 * block_dim), which the upstream port dropped
+ *    and which bounds the o_core/l workspaces.  o_core/l are sized B_nonempty * Hq * kvCN * (D | 1) * 4 bytes.
+ * 2. kvCN is capped at the combine limit above (ATB does not check it; the kernel would overrun UB).
+ * 3. A head split of at least one KV group is rounded to whole groups (up while that stays within
+ *    PA_HEAD_SPLIT_LIMIT, else down), so no task straddles a group boundary, group_move = the group and each
+ *    K/V tile is loaded once per task (ATB's split, e.g. 11 heads of groups of 4, falls back to
+ *    group_move = 1).  Splits smaller than a group keep ATB's value.
+ * 4. Pages with bs * D > PA_TILE_ELEMS_LIMIT use the split-block keys (ATB supports only D == 256 there).
+ * 5. ATB's optional raise of T to 256 tokens is not applied (performance only).
+ * 6. addr_q/addr_o advance for every slot (dense [B, Hq, D] tensors); ATB skips empty ones.  The kernel
+ *    never reads them for an empty slot except to write its zero row.
+ * 7. Our kernels write zero rows for empty sequences; ATB leaves them untouched.
+ */
+
+/* ---- error codes returned by call_kernel ------------------------------------------------------------- */
+#define PA_OK 0
+#define PA_ERR_BAD_KEY 1          /* tiling key not in PA_KEY_LIST or not supported by this library       */
+#define PA_ERR_BAD_TILING 2       /* a header word breaks the contract (sizes, tile rule, limits)         */
+#define PA_ERR_BAD_GATHER 3       /* PA_BF_GATHER is not a permutation of 0..B-1                          */
+#define PA_ERR_OUT_OF_BOUNDS 4    /* an access lies outside its buffer's registered extent                */
+#define PA_ERR_BAD_BLOCK_ID 5     /* a block-table entry a sequence uses is outside [0, num_blocks)       */
+#define PA_ERR_NULL_POINTER 6     /* a pointer the key needs is NULL                                      */
+#define PA_ERR_BAD_LAUNCH 7       /* block_dim of 0 or larger than the scratch holds, or no config        */
+#define PA_ERR_INTERNAL 8         /* a simulated device fault (sim: deadlock timeout, on-chip overflow)   */
+
+#endif /* PA_KERNEL_ABI_H */

@@ -1,0 +1,204 @@
+"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v1).
+
+Every number the host needs to talk to a kernel lives in that header; this module gives each one a name so
+that no other file indexes the tiling tensor or the argument list with a bare number.
+``tests/test_abi_mirror.py`` parses the header and fails if any value here differs from it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+ABI_VERSION = 1
+
+
+class ArgSlot(IntEnum):
+    """Pointer slots of ``call_kernel`` after ``block_dim`` and ``stream`` (header ``PA_ARG_*``)."""
+
+    Q = 0
+    K = 1
+    V = 2
+    BLOCK_TABLES = 3
+    MASK = 4
+    DEQ_SCALE1 = 5
+    DEQ_OFFSET1 = 6
+    DEQ_SCALE2 = 7
+    DEQ_OFFSET2 = 8
+    RAZOR_OFFSET = 9
+    SCALE = 10
+    LOGN = 11
+    EYE = 12
+    O = 13  # noqa: E741 - the contract's name for the output slot
+    S = 14
+    P = 15
+    O_TMP = 16
+    GO = 17
+    O_CORE = 18
+    L = 19
+    K16 = 20
+    V16 = 21
+    TILING = 22
+
+
+NUM_PTR_ARGS = 23
+
+#: Slots a decode launch fills; every other slot is passed as NULL.
+USED_SLOTS = (
+    ArgSlot.Q, ArgSlot.K, ArgSlot.V, ArgSlot.BLOCK_TABLES, ArgSlot.O,
+    ArgSlot.S, ArgSlot.P, ArgSlot.O_TMP, ArgSlot.O_CORE, ArgSlot.L, ArgSlot.TILING,
+)
+
+
+class TilingWord(IntEnum):
+    """Header words of the tiling tensor (header ``PA_TW_*``)."""
+
+    BATCH = 0
+    NUMHEADS = 1
+    HEADDIM = 2
+    NUMBLOCKS = 3
+    BLOCKSIZE = 4
+    MAXBLOCKS = 5
+    TOR = 6
+    KVHEADS = 7
+    FORMER_BATCH = 8
+    FORMER_HEAD = 9
+    TAIL_BATCH = 10
+    TAIL_HEAD = 11
+    HEADNUM_MOVE = 12
+    MASK_MAX_LEN = 13
+    BATCH_STRIDE = 14
+    HEAD_STRIDE = 15
+    KEY = 16
+    HEADSIZE = 17
+    PARASIZE = 18
+    GROUPNUM = 19
+    FORMER_GROUP_MOVE = 20
+    TAIL_GROUP_MOVE = 21
+    MAX_KVSEQLEN = 22
+    KVSPLIT = 23
+    KVCORENUM = 24
+    BLOCKSIZE_CALC = 25
+    TOTAL_BLOCK_NUM = 26
+    PREFILL_BS = 27
+    DECODER_BS = 28
+    HEADDIM_V = 29
+    MODCOEF = 30
+    DIVCOEF = 31
+    QHEADORIGINAL = 32
+    COMPRESSHEAD = 33
+    QUANTYPE = 34
+    DATA_SHAPE_TYPE = 35
+    SCALETYPE = 36
+    MASK_TYPE_ND = 37
+    HEADDIM_K_SPLIT = 38
+    HEADDIM_V_SPLIT = 39
+    HEADDIM_V_SPLIT_VECTOR_FORMER = 40
+    HEADDIM_V_SPLIT_VECTOR_TAIL = 41
+    MTP_HEAD_SPLIT_SIZE = 42
+    MTP_HEAD_SPLIT_NUM = 43
+
+
+TILING_HEADER_WORDS = 44
+
+
+class BatchField(IntEnum):
+    """Fields of one per-sequence slot (header ``PA_BF_*``)."""
+
+    Q_SEQLEN = 0
+    KV_SEQLEN = 1
+    M_UBD = 2
+    BLOCK_SIZE = 3
+    ADDR_Q_HI = 4
+    ADDR_Q_LO = 5
+    ADDR_O_HI = 6
+    ADDR_O_LO = 7
+    BATCH_IDX = 8
+    TOTAL_Q_BLK = 9
+    MASK_OFFSET_HI = 10
+    ADDR_L_HI = 11
+    ADDR_L_LO = 12
+    GATHER = 13
+    MASK_OFFSET_LO = 14
+    ADDR_OFD_HI = 15
+    ADDR_OFD_LO = 16
+
+
+TILING_BATCH_WORDS = 17
+
+
+def batch_word(slot: int, field: BatchField) -> int:
+    """Index in the tiling tensor of ``field`` of per-sequence ``slot``."""
+    return TILING_HEADER_WORDS + TILING_BATCH_WORDS * slot + int(field)
+
+
+def tiling_words(batch: int) -> int:
+    """Length in uint32 words of the tiling tensor for ``batch`` sequences."""
+    return TILING_HEADER_WORDS + TILING_BATCH_WORDS * batch
+
+
+class TilingKey(IntEnum):
+    """Valid tiling keys (header ``PA_KEY_*``): bf16 bit 0, split-KV bit 4, split-block bit 7."""
+
+    FP16 = 0
+    BF16 = 1
+    FP16_SPLIT_KV = 16
+    BF16_SPLIT_KV = 17
+    FP16_SPLIT_BLOCK = 128
+    BF16_SPLIT_BLOCK = 129
+    FP16_SPLIT_KV_SPLIT_BLOCK = 144
+    BF16_SPLIT_KV_SPLIT_BLOCK = 145
+
+
+KEY_BF16_BIT = 1
+KEY_SPLIT_KV_BIT = 16
+KEY_SPLIT_BLOCK_BIT = 128
+#: Order of the bits of ``pa_supported_keys()``.
+KEY_LIST = tuple(TilingKey)
+SUPPORTED_KEYS_ATB = 15
+SUPPORTED_KEYS_ALL = 255
+
+
+def make_key(*, bf16: bool, split_kv: bool, split_block: bool) -> TilingKey:
+    """The tiling key for a dtype and a split choice."""
+    return TilingKey(
+        (KEY_BF16_BIT if bf16 else 0)
+        | (KEY_SPLIT_KV_BIT if split_kv else 0)
+        | (KEY_SPLIT_BLOCK_BIT if split_block else 0)
+    )
+
+
+def keys_from_mask(mask: int) -> frozenset[TilingKey]:
+    """Decode a ``pa_supported_keys()`` bit mask into the set of keys it names."""
+    return frozenset(key for bit, key in enumerate(KEY_LIST) if mask >> bit & 1)
+
+
+# Tile rule and per-core scratch geometry.
+TILE_ELEMS_LIMIT = 16384
+SPLIT_BLOCK_TILE_TOKENS = 128
+TILE_ALIGN_TOKENS = 16
+S_CORE_STRIDE_ELEMS = 32768
+S_HALF_ELEMS = 16384
+P_CORE_STRIDE_ELEMS = 65536
+P_HALF_ELEMS = 32768
+O_TMP_CORE_STRIDE_ELEMS = 65536
+O_TMP_HALF_ELEMS = 32768
+
+# Split limits and supported ranges.
+COMBINE_UB_FLOATS = 8192
+HEAD_SPLIT_LIMIT = 32
+MAX_HEAD_DIM = 256
+MAX_BATCH = 65535
+
+
+class ErrorCode(IntEnum):
+    """Return codes of ``call_kernel`` (header ``PA_OK`` / ``PA_ERR_*``)."""
+
+    OK = 0
+    BAD_KEY = 1
+    BAD_TILING = 2
+    BAD_GATHER = 3
+    OUT_OF_BOUNDS = 4
+    BAD_BLOCK_ID = 5
+    NULL_POINTER = 6
+    BAD_LAUNCH = 7
+    INTERNAL = 8

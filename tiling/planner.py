@@ -1,0 +1,232 @@
+"""The host-side planner: from a decode step's shapes to the kernel's tiling words and workspace sizes.
+
+``plan_paged_attention`` runs once per decode step (context lengths change every step, and they live in the
+tiling, not in a kernel argument).  Its result is a frozen :class:`PagedAttentionPlan`; the launcher uploads
+``plan.tiling`` and allocates ``plan.workspace`` and does nothing else on the launch path.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiling import abi
+from tiling.splits import STRATEGIES, CoreSplit, Strategy, choose_tile, headnum_move, split_cores
+from tiling.workspace import WorkspaceSizes, workspace_sizes
+
+DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
+SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
+HEAD_DIM_ALIGN = 16
+MAX_NUM_HEADS = 256
+MAX_GROUP = 64
+#: ATB's PP_MM bucket for a single query token.
+DECODE_M_UBD = 16
+#: Mask modulus/divisor that make the (unused) mask offset arithmetic an identity.
+MASK_MODCOEF = 0xFFFFFFFF
+MASK_DIVCOEF = 1
+UINT32_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class PagedAttentionPlan:
+    """Everything a launch needs besides the tensors.  ``tiling`` is read-only."""
+
+    tiling: np.ndarray
+    block_dim: int
+    key: abi.TilingKey
+    workspace: WorkspaceSizes
+    strategy: str
+    kv_split_tokens: int
+    kv_core_num: int
+    tile_tokens: int
+    split: CoreSplit
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    max_pages: int
+    num_blocks: int
+    dtype: str
+    scale: float
+    context_lens: tuple[int, ...]
+
+    @property
+    def nonempty_batch(self) -> int:
+        return sum(1 for n in self.context_lens if n > 0)
+
+
+def _float_bits(value: float) -> int:
+    return int(struct.unpack("<I", struct.pack("<f", value))[0])
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def validate_shape(
+    *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, max_pages: int,
+    num_blocks: int, core_count: int,
+) -> None:
+    """Reject every shape the kernels do not support, naming what was expected and what was given."""
+    _require(1 <= batch <= abi.MAX_BATCH, f"batch must be in [1, {abi.MAX_BATCH}], got {batch}")
+    _require(
+        1 <= num_heads <= MAX_NUM_HEADS, f"num_heads must be in [1, {MAX_NUM_HEADS}], got {num_heads}"
+    )
+    _require(num_kv_heads >= 1, f"num_kv_heads must be >= 1, got {num_kv_heads}")
+    _require(
+        num_heads % num_kv_heads == 0,
+        f"num_heads must be a multiple of num_kv_heads, got {num_heads} and {num_kv_heads}",
+    )
+    _require(
+        num_heads // num_kv_heads <= MAX_GROUP,
+        f"num_heads / num_kv_heads must be <= {MAX_GROUP}, got {num_heads} / {num_kv_heads}",
+    )
+    _require(
+        head_dim % HEAD_DIM_ALIGN == 0 and HEAD_DIM_ALIGN <= head_dim <= abi.MAX_HEAD_DIM,
+        f"head_dim must be a multiple of {HEAD_DIM_ALIGN} in [{HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
+        f"got {head_dim}",
+    )
+    _require(
+        block_size in SUPPORTED_BLOCK_SIZES, f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size}"
+    )
+    _require(max_pages >= 1, f"block_table must have at least one column, got {max_pages}")
+    _require(num_blocks >= 1, f"the KV cache must hold at least one page, got num_blocks={num_blocks}")
+    _require(core_count >= 1, f"core_count must be >= 1, got {core_count}")
+
+
+def _validate_lengths(lens: np.ndarray, block_size: int, max_pages: int) -> None:
+    _require(lens.ndim == 1, f"context_lens must be one-dimensional, got shape {lens.shape}")
+    if lens.size and lens.min() < 0:
+        bad = int(np.argmin(lens))
+        raise ValueError(f"context_lens must be >= 0, got {int(lens[bad])} at index {bad}")
+    limit = block_size * max_pages
+    if lens.size and lens.max() > limit:
+        bad = int(np.argmax(lens))
+        raise ValueError(
+            f"context length {int(lens[bad])} at index {bad} exceeds what the block table allows: "
+            f"{max_pages} pages x {block_size} tokens = {limit}"
+        )
+
+
+def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: int) -> None:
+    t = abi.TilingWord
+    batch, hq, hkv, d = v["batch"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    values = {
+        t.BATCH: batch, t.NUMHEADS: hq, t.HEADDIM: d, t.NUMBLOCKS: v["num_blocks"],
+        t.BLOCKSIZE: v["block_size"], t.MAXBLOCKS: v["max_pages"], t.TOR: v["scale_bits"], t.KVHEADS: hkv,
+        t.FORMER_BATCH: plan_split.former_batch, t.FORMER_HEAD: plan_split.former_head,
+        t.TAIL_BATCH: plan_split.tail_batch, t.TAIL_HEAD: plan_split.tail_head,
+        t.HEADNUM_MOVE: headnum_move(hq, hkv, d), t.MASK_MAX_LEN: 0, t.BATCH_STRIDE: 0, t.HEAD_STRIDE: 0,
+        t.KEY: int(key), t.HEADSIZE: abi.TILING_HEADER_WORDS, t.PARASIZE: abi.TILING_BATCH_WORDS,
+        t.GROUPNUM: hq // hkv, t.FORMER_GROUP_MOVE: plan_split.former_group_move,
+        t.TAIL_GROUP_MOVE: plan_split.tail_group_move, t.MAX_KVSEQLEN: v["max_kv"],
+        t.KVSPLIT: plan_split.kv_split_tokens, t.KVCORENUM: plan_split.kv_core_num,
+        t.BLOCKSIZE_CALC: v["tile_tokens"], t.TOTAL_BLOCK_NUM: 0, t.PREFILL_BS: 0, t.DECODER_BS: batch,
+        t.HEADDIM_V: d, t.MODCOEF: MASK_MODCOEF, t.DIVCOEF: MASK_DIVCOEF, t.QHEADORIGINAL: hq,
+        t.COMPRESSHEAD: 0, t.QUANTYPE: 0, t.DATA_SHAPE_TYPE: 0, t.SCALETYPE: 0, t.MASK_TYPE_ND: 0,
+        t.HEADDIM_K_SPLIT: min(d, abi.MAX_HEAD_DIM), t.HEADDIM_V_SPLIT: min(d, abi.MAX_HEAD_DIM),
+        t.HEADDIM_V_SPLIT_VECTOR_FORMER: min(d, abi.MAX_HEAD_DIM),
+        t.HEADDIM_V_SPLIT_VECTOR_TAIL: min(d, abi.MAX_HEAD_DIM),
+        t.MTP_HEAD_SPLIT_SIZE: 0, t.MTP_HEAD_SPLIT_NUM: 0,
+    }
+    for word, value in values.items():
+        words[word] = value
+
+
+def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
+                  kv_core_num: int) -> None:
+    """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs."""
+    f = abi.BatchField
+    batch = lens.size
+    slots = np.arange(batch, dtype=np.int64)
+    nonempty = (lens > 0).astype(np.int64)
+    before = np.concatenate(([0], np.cumsum(nonempty)[:-1])).astype(np.int64)
+    row_elems = num_heads * head_dim
+    columns = {
+        f.Q_SEQLEN: nonempty,
+        f.KV_SEQLEN: lens.astype(np.int64),
+        f.M_UBD: np.full(batch, DECODE_M_UBD, np.int64),
+        f.BLOCK_SIZE: np.full(batch, block_size, np.int64),
+        f.BATCH_IDX: slots,
+        # Gather map: schedule position p runs the p-th shortest sequence (ATB's stable sort).
+        f.GATHER: np.argsort(lens, kind="stable").astype(np.int64),
+    }
+    pairs = {
+        (f.ADDR_Q_HI, f.ADDR_Q_LO): slots * row_elems,
+        (f.ADDR_O_HI, f.ADDR_O_LO): slots * row_elems,
+        (f.ADDR_L_HI, f.ADDR_L_LO): before * kv_core_num * num_heads,
+        (f.ADDR_OFD_HI, f.ADDR_OFD_LO): before * row_elems,
+    }
+    table = words[abi.TILING_HEADER_WORDS:].reshape(batch, abi.TILING_BATCH_WORDS)
+    for field, column in columns.items():
+        table[:, field] = column
+    for (hi, lo), column in pairs.items():
+        table[:, hi] = column >> 32
+        table[:, lo] = column & UINT32_MASK
+
+
+def plan_paged_attention(
+    context_lens: Sequence[int] | np.ndarray,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    max_pages: int,
+    num_blocks: int,
+    scale: float,
+    dtype: str = "fp16",
+    core_count: int = 24,
+    strategy: Strategy = "auto",
+) -> PagedAttentionPlan:
+    """Plan one decode step.
+
+    ``context_lens`` are the tokens each sequence attends to (0 = empty: a zero output row),
+    ``max_pages`` the block table's row length, ``num_blocks`` the pages in the KV cache,
+    ``core_count`` the device's cube cores (24 on a 910B), ``strategy`` forces BN or split-KV.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    lens = np.asarray(context_lens)
+    if lens.dtype.kind not in "iu":
+        raise TypeError(f"context_lens must hold integers, got dtype {lens.dtype}")
+    lens = lens.astype(np.int64)
+    validate_shape(
+        batch=lens.size, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, core_count=core_count,
+    )
+    _validate_lengths(lens, block_size, max_pages)
+    if not np.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    batch = int(lens.size)
+    max_kv = int(lens.max())
+    tile = choose_tile(block_size, head_dim)
+    split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
+    key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
+    words = np.zeros(abi.tiling_words(batch), dtype=np.uint32)
+    _header(
+        words, split, key, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        num_blocks=num_blocks, block_size=block_size, max_pages=max_pages, scale_bits=_float_bits(scale),
+        max_kv=max_kv, tile_tokens=tile.tile_tokens,
+    )
+    _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
+                  kv_core_num=split.kv_core_num)
+    words.setflags(write=False)
+    sizes = workspace_sizes(
+        block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
+        num_heads=num_heads, head_dim=head_dim, kv_core_num=split.kv_core_num,
+    )
+    return PagedAttentionPlan(
+        tiling=words, block_dim=split.block_dim, key=key, workspace=sizes, strategy=split.strategy,
+        kv_split_tokens=split.kv_split_tokens, kv_core_num=split.kv_core_num, tile_tokens=tile.tile_tokens,
+        split=split, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
+        context_lens=tuple(int(n) for n in lens),
+    )

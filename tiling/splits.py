@@ -1,0 +1,219 @@
+"""How a decode batch is cut into per-core tasks: ATB's split rules, with the departures the ABI header lists.
+
+Pure integer arithmetic, no arrays.  The rules follow ATB's ``SplitCoreND`` family:
+
+* **BN** (split by batch x head, one task per whole sequence): the default once there are enough
+  (sequence, head) pairs to fill the cores.
+* **BNS / split-KV** (batch x head x KV range, then a combine): few sequences, or long ones.
+
+``tiling/planner.py`` turns a :class:`CoreSplit` into tiling words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tiling import abi
+
+Strategy = Literal["auto", "bn", "split_kv"]
+STRATEGIES: tuple[str, ...] = ("auto", "bn", "split_kv")
+
+#: ATB: a sequence is "long" once it spans two 128-token slices per core ...
+LONG_SEQ_TOKENS_PER_CORE = 256
+#: ... and split-KV / long-sequence choices only apply while the batch fills at most 80 % of the cores.
+SPLIT_KV_CORE_RATIO = 0.8
+#: ATB splits heads further only while batch x splits leave more than 10 % of the cores idle.
+SPLIT_HEAD_CORE_RATIO = 0.9
+#: ATB refines the tail pass's head split when fewer than this many tail tasks remain.
+TAIL_REFINE_TASKS = 16
+#: ATB's measured special case: batch 16 with 32 heads runs best with 8 heads per task.
+SPECIAL_BATCH, SPECIAL_HEADS, SPECIAL_HEAD_SPLIT = 16, 32, 8
+#: HEADNUM_MOVE for MHA with small heads: one K load covers two adjacent kv heads.
+MHA_HEADNUM_MOVE = 2
+MHA_HEADNUM_MOVE_MAX_DIM = 128
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+@dataclass(frozen=True)
+class TileChoice:
+    """Tokens per inner tile and whether the page is split (tile divides the page)."""
+
+    tile_tokens: int
+    split_block: bool
+
+
+def choose_tile(block_size: int, head_dim: int) -> TileChoice:
+    """The tile rule of the ABI header: two small pages per tile, one page, or a slice of a large page."""
+    if block_size <= 64 and 2 * block_size * head_dim <= abi.TILE_ELEMS_LIMIT:
+        return TileChoice(2 * block_size, False)
+    big_head_page = head_dim == abi.MAX_HEAD_DIM and block_size >= abi.SPLIT_BLOCK_TILE_TOKENS
+    if block_size * head_dim <= abi.TILE_ELEMS_LIMIT and not big_head_page:
+        return TileChoice(block_size, False)
+    return TileChoice(abi.SPLIT_BLOCK_TILE_TOKENS, True)
+
+
+def combine_split_limit(head_dim: int) -> int:
+    """Largest kvCN the combine can hold: kvCN x round8(D) floats fit the vector core's buffer."""
+    return abi.COMBINE_UB_FLOATS // round_up(head_dim, 8)
+
+
+def group_aligned_head_split(head_split: int, group: int) -> int:
+    """Departure 3: a split of at least one group becomes whole groups, so no task straddles two."""
+    if head_split < group:
+        return head_split
+    up = round_up(head_split, group)
+    if up <= abi.HEAD_SPLIT_LIMIT:
+        return up
+    return max(group, head_split // group * group)
+
+
+def group_move(head_split: int, group: int, num_kv_heads: int) -> int:
+    """ATB's ``CalcuHeadNd``: q heads that share one K/V tile load in the cube."""
+    if head_split == 0:
+        return 0
+    if head_split % group == 0:
+        return group
+    if head_split < group and (num_kv_heads == 1 or group % head_split == 0):
+        return head_split
+    return 1
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    """The task grid: what tiling words 8-11, 20-21, 23-24 say, plus the launched core count."""
+
+    strategy: Literal["bn", "split_kv"]
+    block_dim: int
+    former_batch: int
+    former_head: int
+    tail_batch: int
+    tail_head: int
+    former_group_move: int
+    tail_group_move: int
+    kv_split_tokens: int
+    kv_core_num: int
+    task_count: int
+
+
+def is_long_sequence(max_kv: int, batch: int, core_count: int) -> bool:
+    """ATB's long-sequence test, with the batch guard the upstream port dropped (departure 1)."""
+    return max_kv >= core_count * LONG_SEQ_TOKENS_PER_CORE and batch <= core_count * SPLIT_KV_CORE_RATIO
+
+
+def choose_strategy(batch: int, num_heads: int, max_kv: int, core_count: int, strategy: Strategy) -> str:
+    if strategy != "auto":
+        return strategy
+    if max_kv == 0:
+        return "bn"
+    long_seq = is_long_sequence(max_kv, batch, core_count)
+    return "bn" if batch * num_heads >= core_count * SPLIT_KV_CORE_RATIO and not long_seq else "split_kv"
+
+
+def _head_split(num_heads: int, cores_per_unit: int, group: int) -> int:
+    split = min(ceil_div(num_heads, cores_per_unit), abi.HEAD_SPLIT_LIMIT)
+    return group_aligned_head_split(split, group)
+
+
+def split_bn(
+    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, core_count: int
+) -> CoreSplit:
+    """ATB's ``SplitCoreBNND``: whole sequences; a tail pass with finer heads evens out the last round."""
+    group = num_heads // num_kv_heads
+    cores_per_batch = ceil_div(core_count, batch)
+    head_split = _head_split(num_heads, cores_per_batch, group)
+    if batch == SPECIAL_BATCH and num_heads == SPECIAL_HEADS:
+        head_split = group_aligned_head_split(SPECIAL_HEAD_SPLIT, group)
+    loop_len = ceil_div(num_heads, head_split)
+    tasks = loop_len * batch
+    former_batch, tail_batch, tail_head = batch, 0, 0
+    if tasks > core_count:
+        former_batch = tasks // core_count * core_count // loop_len
+        tail_batch = batch - former_batch
+        remain = tail_batch * loop_len
+        refine = tail_batch > 0 and remain < TAIL_REFINE_TASKS
+        if num_kv_heads != num_heads:
+            refine = refine and tail_batch <= core_count // 2
+        if refine:
+            tail_head = _head_split(num_heads, ceil_div(core_count, tail_batch), group)
+        else:
+            former_batch, tail_batch = batch, 0
+    task_count = former_batch * loop_len + (tail_batch * ceil_div(num_heads, tail_head) if tail_batch else 0)
+    return CoreSplit(
+        strategy="bn",
+        block_dim=max(1, min(tasks, core_count)),
+        former_batch=former_batch,
+        former_head=head_split,
+        tail_batch=tail_batch,
+        tail_head=tail_head,
+        former_group_move=group_move(head_split, group, num_kv_heads),
+        tail_group_move=group_move(tail_head, group, num_kv_heads),
+        kv_split_tokens=max(round_up(max_kv, block_size), block_size),
+        kv_core_num=1,
+        task_count=task_count,
+    )
+
+
+def split_kv(
+    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
+) -> CoreSplit:
+    """ATB's ``SplitCoreBNSND``: each sequence's pages are cut into kvCN ranges, combined afterwards."""
+    group = num_heads // num_kv_heads
+    kv_align = max(round_up(max_kv, block_size), block_size)
+    kv_pages = kv_align // block_size
+    if is_long_sequence(max_kv, batch, core_count):
+        pages_per_split = ceil_div(kv_pages, core_count)
+    else:
+        pages_per_split = ceil_div(kv_pages, ceil_div(core_count, batch))
+    # Departure 2: never more splits than the combine can hold.
+    pages_per_split = max(pages_per_split, ceil_div(kv_pages, combine_split_limit(head_dim)))
+    kv_split_tokens = pages_per_split * block_size
+    kv_core_num = ceil_div(kv_align, kv_split_tokens)
+    cores_per_kv = 1
+    if batch * kv_core_num < core_count * SPLIT_HEAD_CORE_RATIO:
+        cores_per_kv = ceil_div(core_count, batch * kv_core_num)
+    head_split = _head_split(num_heads, cores_per_kv, group)
+    tasks = ceil_div(num_heads, head_split) * batch * kv_core_num
+    return CoreSplit(
+        strategy="split_kv",
+        block_dim=max(1, min(tasks, core_count)),
+        former_batch=batch,
+        former_head=head_split,
+        tail_batch=0,
+        tail_head=0,
+        former_group_move=group_move(head_split, group, num_kv_heads),
+        tail_group_move=0,
+        kv_split_tokens=kv_split_tokens,
+        kv_core_num=kv_core_num,
+        task_count=tasks,
+    )
+
+
+def headnum_move(num_heads: int, num_kv_heads: int, head_dim: int) -> int:
+    """ATB: MHA with D <= 128 (a multiple of 16) loads two kv heads per K transfer."""
+    aligned = head_dim % abi.TILE_ALIGN_TOKENS == 0 and head_dim <= MHA_HEADNUM_MOVE_MAX_DIM
+    return MHA_HEADNUM_MOVE if num_heads == num_kv_heads and aligned else 1
+
+
+def split_cores(
+    batch: int,
+    num_heads: int,
+    num_kv_heads: int,
+    max_kv: int,
+    block_size: int,
+    head_dim: int,
+    core_count: int,
+    strategy: Strategy,
+) -> CoreSplit:
+    """Pick BN or split-KV (ATB's rule unless forced) and compute its task grid."""
+    chosen = choose_strategy(batch, num_heads, max_kv, core_count, strategy)
+    if chosen == "bn":
+        return split_bn(batch, num_heads, num_kv_heads, max_kv, block_size, core_count)
+    return split_kv(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)

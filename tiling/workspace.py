@@ -1,0 +1,53 @@
+"""Workspace buffer sizes, by formula from the kernel's strides (ABI header, "per-core scratch").
+
+``s``, ``p`` and ``o_tmp`` are private per launched core (``block_idx``) and written before they are read
+in every launch; ``o_core`` and ``l`` hold the split-KV partials of every non-empty sequence, which is the
+size the upstream port got wrong (it sized them per core and dropped the batch dimension).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiling import abi
+
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class WorkspaceSizes:
+    """Bytes of each workspace buffer; 0 means the launch passes NULL for that slot."""
+
+    s_bytes: int
+    p_bytes: int
+    o_tmp_bytes: int
+    o_core_bytes: int
+    l_bytes: int
+
+    def by_slot(self) -> dict[abi.ArgSlot, int]:
+        return {
+            abi.ArgSlot.S: self.s_bytes,
+            abi.ArgSlot.P: self.p_bytes,
+            abi.ArgSlot.O_TMP: self.o_tmp_bytes,
+            abi.ArgSlot.O_CORE: self.o_core_bytes,
+            abi.ArgSlot.L: self.l_bytes,
+        }
+
+    @property
+    def total_bytes(self) -> int:
+        return self.s_bytes + self.p_bytes + self.o_tmp_bytes + self.o_core_bytes + self.l_bytes
+
+
+def workspace_sizes(
+    *, block_dim: int, elem_bytes: int, nonempty_batch: int, num_heads: int, head_dim: int, kv_core_num: int
+) -> WorkspaceSizes:
+    """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1."""
+    split = kv_core_num > 1
+    partial_rows = nonempty_batch * num_heads * kv_core_num if split else 0
+    return WorkspaceSizes(
+        s_bytes=block_dim * abi.S_CORE_STRIDE_ELEMS * FP32_BYTES,
+        p_bytes=block_dim * abi.P_CORE_STRIDE_ELEMS * elem_bytes,
+        o_tmp_bytes=block_dim * abi.O_TMP_CORE_STRIDE_ELEMS * FP32_BYTES,
+        o_core_bytes=partial_rows * head_dim * FP32_BYTES,
+        l_bytes=partial_rows * FP32_BYTES,
+    )
