@@ -1,11 +1,24 @@
 /*
  * Mock-device exports beyond kernel ABI v1 (kernel/pa_kernel_abi.h).  The launcher mirrors these structs in
- * launcher/mock_api.py (ctypes); tests/test_abi_mirror.py checks sizes and field offsets.
+ * launcher/mock_api.py (ctypes); tests/test_mock_device.py checks sizes and field offsets through
+ * pa_mock_struct_layout().
  *
  * Protocol per launch (both calls on the same host thread):
  *   pa_mock_bind(&config);      extents of the buffers about to be passed, num_blocks, checked mode
  *   call_kernel(block_dim, stream, ...);   returns PA_OK or PA_ERR_*; on error pa_mock_last_error()
- * The binding and the last error are thread-local, so runners on different host threads do not interfere.
+ * The binding (a copy of the struct, kept until the next pa_mock_bind) and the last error are thread-local,
+ * so runners on different host threads do not interfere.  A call_kernel without a binding on its thread
+ * returns PA_ERR_BAD_LAUNCH.
+ *
+ * What is checked in which mode:
+ *   always     the key, every header word and the gather map, NULL pointers and pointer hygiene (a non-NULL
+ *              mask pointer is an error: the upstream PR-form kernel would read it), workspace extents
+ *              against block_dim * per-core stride, K/V extents against num_blocks pages, every block-table
+ *              read against its extent and every block id a sequence uses against num_blocks.
+ *   checked    in addition, every other buffer access (q, o, k, v, s, p, o_tmp, o_core, l) against the
+ *              extent of its slot, in the slot's element type, one check per task or tile range.
+ *   unchecked  trusts the tiling's element offsets (addr_q/o/l/ofd) and o_core/l sizes.
+ * Errors are deterministic: a launch reports the first failing check of the lowest logical core.
  */
 #ifndef PA_MOCK_API_H
 #define PA_MOCK_API_H
@@ -13,11 +26,20 @@
 #include <stdint.h>
 #include "../pa_kernel_abi.h"
 
+/* SIMD paths of the mock's arithmetic.  Every path gives bitwise-identical results (same operation order,
+ * fused multiply-adds everywhere), so tests can compare them; AUTO picks the widest the CPU supports. */
+#define PA_MOCK_ISA_AUTO 0
+#define PA_MOCK_ISA_PORTABLE 1
+#define PA_MOCK_ISA_AVX2 2    /* AVX2 + FMA + F16C                                                     */
+#define PA_MOCK_ISA_AVX512 3  /* AVX-512 F + BW + VL                                                    */
+#define PA_MOCK_NUM_ISAS 4
+
 typedef struct pa_mock_config {
     uint64_t extent_bytes[PA_NUM_PTR_ARGS]; /* bytes behind each pointer slot; 0 for a NULL slot         */
     int64_t num_blocks;                     /* pages in the K/V cache: block ids are checked in any mode */
     int32_t checked;                        /* 1: every buffer access is bounds-checked (default)        */
     int32_t num_threads;                    /* host worker threads; 0 = as many as CPUs                  */
+    int32_t isa;                            /* PA_MOCK_ISA_*; 0 = AUTO                                    */
 } pa_mock_config;
 
 #define PA_MOCK_MESSAGE_BYTES 256
@@ -25,8 +47,8 @@ typedef struct pa_mock_config {
 typedef struct pa_mock_error {
     int32_t code;            /* PA_ERR_*                                                                  */
     int32_t arg_slot;        /* PA_ARG_* of the buffer, -1 if none                                        */
-    int64_t element_offset;  /* offending element offset in the slot's element type                      */
-    int64_t extent_elems;    /* the buffer's extent in the same unit                                      */
+    int64_t element_offset;  /* first offending element offset in the slot's element type, -1 if none    */
+    int64_t extent_elems;    /* the buffer's extent in the same unit, -1 if none                          */
     int32_t core;            /* block_idx of the logical core, -1 if none                                 */
     int32_t seq;             /* sequence (slot) index, -1 if none                                         */
     int32_t head;            /* q head, -1 if none                                                        */
@@ -34,14 +56,25 @@ typedef struct pa_mock_error {
     char message[PA_MOCK_MESSAGE_BYTES]; /* NUL-terminated human-readable description                     */
 } pa_mock_error;
 
+/* pa_mock_struct_layout() writes, in this order: sizeof(pa_mock_config), offsetof extent_bytes, num_blocks,
+ * checked, num_threads, isa; sizeof(pa_mock_error), offsetof code, arg_slot, element_offset, extent_elems,
+ * core, seq, head, split, message. */
+#define PA_MOCK_LAYOUT_WORDS 16
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-int32_t pa_mock_bind(const pa_mock_config *config);   /* PA_OK; the struct must outlive the next call     */
+int32_t pa_mock_bind(const pa_mock_config *config);   /* PA_OK; copies the struct                          */
 int32_t pa_mock_last_error(pa_mock_error *out);        /* copies the calling thread's last error record    */
 /* Read bandwidth of this host in GB/s (1e9 bytes/s): `threads` threads (0 = CPUs) sum a `bytes` buffer,
  * best of `reps` passes after one warm pass.  The benchmark's physical limit on the mock. */
 double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps);
+/* Writes min(n, PA_MOCK_LAYOUT_WORDS) words to out; returns PA_MOCK_LAYOUT_WORDS. */
+int32_t pa_mock_struct_layout(int64_t *out, int32_t n);
+/* 1 if the CPU (and this build) can run PA_MOCK_ISA_* `isa`, else 0; AUTO resolves to the best one. */
+int32_t pa_mock_isa_available(int32_t isa);
+/* The PA_MOCK_ISA_* AUTO resolves to on this CPU. */
+int32_t pa_mock_best_isa(void);
 #ifdef __cplusplus
 }
 #endif
