@@ -30,7 +30,7 @@ class Isa(IntEnum):
 class MockConfig(ctypes.Structure):
     """``pa_mock_config``: what ``pa_mock_bind`` copies for the calling thread's next launches."""
 
-    _fields_ = [  # noqa: RUF012 - ctypes requires a class attribute
+    _fields_ = [
         ("extent_bytes", ctypes.c_uint64 * abi.NUM_PTR_ARGS),
         ("num_blocks", ctypes.c_int64),
         ("checked", ctypes.c_int32),
@@ -42,7 +42,7 @@ class MockConfig(ctypes.Structure):
 class MockError(ctypes.Structure):
     """``pa_mock_error``: the calling thread's last error record (-1 = not applicable)."""
 
-    _fields_ = [  # noqa: RUF012 - ctypes requires a class attribute
+    _fields_ = [
         ("code", ctypes.c_int32),
         ("arg_slot", ctypes.c_int32),
         ("element_offset", ctypes.c_int64),
