@@ -1,0 +1,238 @@
+"""Where a launch goes: the mock device, the pto-isa simulation, or an Ascend NPU, behind one interface.
+
+A backend knows which library to load, which device the tensors must live on, how many cube cores to plan
+for, which stream to launch on, and how to turn the cached argument tuple into a launch closure.  The runner
+builds that closure once per plan, so a launch is one Python call into ctypes plus, for the mock protocol,
+one ``pa_mock_bind``.
+
+* ``mock``: ``build/lib/libpa_mock.so``, the C mock device on the CPU, bounds-checked by default.
+* ``sim``: ``build/lib/libpa_sim.so``, our NPU kernel under pto-isa's CPU simulation, same mock protocol.
+* ``npu``: torch_npu tensors, the current NPU stream, core count from the device; ``torch_npu`` is imported
+  only when this backend is used (importing it without CANN breaks ``import torch``).  An external ATB-ABI
+  kernel can be named with ``library=`` or ``$PA_KIT_NPU_LIB``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from launcher.errors import KernelContractError
+from launcher.library import KernelLibrary, library_path, load_library
+
+#: Logical cores of the mock device and the simulation: a 910B's 24 cube cores.
+MOCK_CORE_COUNT = 24
+#: Environment variable naming the NPU kernel library (ours or an external ATB-ABI one).
+NPU_LIB_ENV = "PA_KIT_NPU_LIB"
+
+Launch = Callable[[], None]
+
+
+class Backend(ABC):
+    """One place launches can go.  Subclasses are cheap to construct; libraries load on first use."""
+
+    name: str
+    #: ``torch.device.type`` every tensor of a launch must have.
+    device_type: str
+
+    def __init__(self, library: str | os.PathLike[str] | None = None) -> None:
+        self._library_override = library
+        self._library: KernelLibrary | None = None
+
+    @property
+    def library(self) -> KernelLibrary:
+        if self._library is None:
+            self._library = load_library(self._library_path())
+        return self._library
+
+    def _library_path(self) -> str | os.PathLike[str]:
+        return self._library_override or library_path(self.name)
+
+    @abstractmethod
+    def core_count(self, device: torch.device) -> int:
+        """Cube cores to plan for on ``device``."""
+
+    @abstractmethod
+    def resolve_stream(self, stream: Any) -> tuple[Any, int | None]:
+        """(stream object, raw handle passed to ``call_kernel``) for a user's ``stream`` argument."""
+
+    @abstractmethod
+    def make_launch(self, function: Any, args: tuple[Any, ...], extents: Sequence[int], num_blocks: int,
+                    checked: bool) -> Launch:
+        """A closure calling ``function(*args)`` and raising :class:`KernelContractError` on an error code."""
+
+    def on_stream(self, work: Launch, stream: Any) -> Launch:
+        """``work`` wrapped so that its device operations are queued on the launch ``stream``."""
+        return work
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class MockBackend(Backend):
+    """The C mock device: call ``pa_mock_bind`` (extents, num_blocks, checked, threads), then ``call_kernel``."""
+
+    name = "mock"
+    device_type = "cpu"
+
+    def __init__(self, library: str | os.PathLike[str] | None = None, *, num_threads: int = 0) -> None:
+        super().__init__(library)
+        if not isinstance(num_threads, int) or num_threads < 0:
+            raise ValueError(f"num_threads must be an int >= 0 (0 = one per CPU), got {num_threads!r}")
+        self.num_threads = num_threads
+
+    def core_count(self, device: torch.device) -> int:
+        return MOCK_CORE_COUNT
+
+    def resolve_stream(self, stream: Any) -> tuple[Any, int | None]:
+        if stream is not None and not isinstance(stream, int):
+            raise TypeError(f"the {self.name} backend takes stream=None or an int handle, got {type(stream)}")
+        return stream, stream
+
+    def make_launch(self, function: Any, args: tuple[Any, ...], extents: Sequence[int], num_blocks: int,
+                    checked: bool) -> Launch:
+        from launcher import mock_api
+
+        library = self.library
+        if not library.has_mock_api:
+            raise RuntimeError(f"{library.path} does not export the mock API (pa_mock_bind); "
+                               f"it cannot run as the {self.name} backend")
+        config = mock_api.MockConfig()
+        for slot, extent in enumerate(extents):
+            config.extent_bytes[slot] = extent
+        config.num_blocks = num_blocks
+        config.checked = 1 if checked else 0
+        config.num_threads = self.num_threads
+        config_ref = ctypes.byref(config)
+        bind = library.handle.pa_mock_bind
+        name = library.path.name
+
+        def launch() -> None:
+            bind(config_ref)
+            code = function(*args)
+            if code:
+                raise last_error(library, code, name)
+
+        launch.config = config  # type: ignore[attr-defined]  # keeps the struct alive as long as the closure
+        return launch
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_threads={self.num_threads})"
+
+
+class SimBackend(MockBackend):
+    """Our NPU kernel under pto-isa's CPU simulation; it speaks the mock protocol."""
+
+    name = "sim"
+
+
+def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContractError:
+    """The :class:`KernelContractError` for the calling thread's last mock/sim error record."""
+    from launcher import mock_api
+
+    record = mock_api.last_error(library.handle)
+    return KernelContractError(
+        record.code or code, slot=record.arg_slot, element_offset=record.element_offset,
+        extent=record.extent_elems, core=record.core, seq=record.seq, head=record.head, split=record.split,
+        message=record.message.decode(errors="replace"), library=name,
+    )
+
+
+class NpuBackend(Backend):
+    """An Ascend NPU through torch_npu (imported on first use, never at module import)."""
+
+    name = "npu"
+    device_type = "npu"
+
+    def _library_path(self) -> str | os.PathLike[str]:
+        return self._library_override or os.environ.get(NPU_LIB_ENV) or library_path(self.name)
+
+    @staticmethod
+    def _npu() -> Any:
+        """``torch.npu``, importing torch_npu lazily so CPU-only processes never touch it."""
+        import torch_npu  # noqa: F401  # registers torch.npu
+
+        return torch.npu  # type: ignore[attr-defined]
+
+    def core_count(self, device: torch.device) -> int:
+        properties = self._npu().get_device_properties(device)
+        count = int(getattr(properties, "cube_core_num", 0) or 0)
+        if count < 1:
+            raise RuntimeError(f"device properties of {device} report no cube cores (cube_core_num={count}); "
+                               "pass core_count= explicitly")
+        return count
+
+    def resolve_stream(self, stream: Any) -> tuple[Any, int | None]:
+        if stream is None:
+            stream = self._npu().current_stream()
+        return stream, stream_handle(stream)
+
+    def make_launch(self, function: Any, args: tuple[Any, ...], extents: Sequence[int], num_blocks: int,
+                    checked: bool) -> Launch:
+        if self.library.external:
+            def launch_external() -> None:
+                function(*args)
+
+            return launch_external
+        name = self.library.path.name
+
+        def launch() -> None:
+            code = function(*args)
+            if code:
+                raise KernelContractError(code, message="returned by the NPU kernel", library=name)
+
+        return launch
+
+    def on_stream(self, work: Launch, stream: Any) -> Launch:
+        """Run ``work`` inside ``torch.npu.stream(stream)``, so a memset is ordered before the kernel even
+        when the caller launches on a stream other than the current one."""
+        stream_context = self._npu().stream
+
+        def on_launch_stream() -> None:
+            with stream_context(stream):
+                work()
+
+        return on_launch_stream
+
+
+def stream_handle(stream: Any) -> int | None:
+    """The raw ``aclrtStream`` of a torch_npu stream object (``npu_stream`` or ``_as_parameter_``)."""
+    handle = getattr(stream, "npu_stream", None)
+    if handle is None:
+        parameter = getattr(stream, "_as_parameter_", None)
+        handle = getattr(parameter, "value", parameter)
+    if handle is None or isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"stream must be a torch.npu.Stream (with npu_stream or _as_parameter_) or None, "
+                        f"got {type(stream).__name__}")
+    return handle
+
+
+BACKENDS: Mapping[str, type[Backend]] = {"mock": MockBackend, "sim": SimBackend, "npu": NpuBackend}
+#: Which backend a tensor's device implies when the user gives none.
+DEVICE_BACKENDS = {"cpu": "mock", "npu": "npu"}
+
+
+def get_backend(backend: str | Backend | None, device: torch.device) -> Backend:
+    """Resolve the ``backend=`` argument: a name, an instance, or ``None`` (inferred from ``device``)."""
+    if isinstance(backend, Backend):
+        return backend
+    if backend is None:
+        try:
+            backend = DEVICE_BACKENDS[device.type]
+        except KeyError:
+            raise ValueError(f"no backend for tensors on {device.type!r}: expected one of "
+                             f"{sorted(DEVICE_BACKENDS)}, or pass backend= explicitly") from None
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(BACKENDS)} or a Backend, got {backend!r}")
+    return BACKENDS[backend]()
+
+
+__all__ = [
+    "BACKENDS", "MOCK_CORE_COUNT", "NPU_LIB_ENV", "Backend", "MockBackend", "NpuBackend", "SimBackend",
+    "get_backend", "last_error", "stream_handle",
+]
