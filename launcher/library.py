@@ -74,11 +74,10 @@ def load_library(path: str | os.PathLike[str]) -> KernelLibrary:
     """
     resolved = Path(path).resolve()
     if not resolved.is_file():
-        source = f"${LIB_DIR_ENV}={os.environ[LIB_DIR_ENV]}" if os.environ.get(LIB_DIR_ENV) else "the default"
+        current = os.environ.get(LIB_DIR_ENV) or f"unset, default {DEFAULT_LIB_DIR}"
         raise KernelLibraryNotFoundError(
-            f"kernel library not found: {resolved} (library directory from {source}). "
-            f"Build it with `bash compile.sh` in the pa-kit checkout, or point {LIB_DIR_ENV} at a directory "
-            f"that holds it."
+            f"kernel library not found: {resolved}. Build it with `bash compile.sh` in the pa-kit checkout, "
+            f"or set {LIB_DIR_ENV} to a directory that holds it ({LIB_DIR_ENV}: {current})."
         )
     return _load_resolved(str(resolved))
 
