@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Benchmark pa-kit's paged-attention decode against CANN's IFA/FIA (NPU) or torch (CPU), in TB/s.
+
+    python bench_pa_performance.py                                   # default short set, best backend present
+    python bench_pa_performance.py --shapes pr                       # the published table, cold L2, median
+    python bench_pa_performance.py --shapes pr --no-flush --stat mean --warmup 5 --iters 20   # published method
+    python bench_pa_performance.py --batch 8 --ctx 4096 --dtype bf16 # one shape
+    python bench_pa_performance.py --json run.json --compare base.json --tolerance 5   # regression gate
+
+Exit status: 0 ok; 1 the gate found regressed or missing shapes; 2 the gate refused the comparison (other
+device kind or timing method) or an argument was invalid; 3 pa-kit failed or was inaccurate on some shape.
+Progress goes to stderr, the report to stdout.  See ``benchmark/`` for the method.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see README, "Environment"
+
+import argparse
+import shlex
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+from benchmark import bytes_model
+from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers
+from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
+from benchmark.device import BACKENDS, MIB, collect_versions, default_backend, describe_device
+from benchmark.report import PA_KIT, SCHEMA_VERSION, BenchReport, read_json, render, write_json
+from benchmark.shapes import (
+    BLOCK_SIZE,
+    DEFAULT_SEED,
+    DTYPES,
+    HEAD_DIM,
+    NUM_HEADS,
+    NUM_KV_HEADS,
+    SHAPE_SETS,
+    BenchShape,
+    shape_set,
+    uniform_shape,
+)
+from benchmark.suite import Suite, SuiteOptions, measure_launch_overhead
+from benchmark.timing import STATISTICS, TimingPolicy
+
+EXIT_PA_KIT_FAILED = 3
+SINGLE_SHAPE_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "ctx", "block_size", "dtype")
+#: Timing defaults per backend: (warm-up, min launches, max launches, budget ms per implementation and shape).
+TIMING_DEFAULTS = {"npu": (10, 20, 100, 2000.0), "mock": (2, 3, 30, 600.0), "sim": (1, 1, 3, 5000.0)}
+DEFAULT_TOLERANCE_PERCENT = 5.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=BACKENDS, help="default: npu if torch_npu sees a device, else mock")
+    p.add_argument("--shapes", choices=SHAPE_SETS, default="default", help="named shape set (default: %(default)s)")
+    single = p.add_argument_group("single shape (any of these replaces --shapes with one shape)")
+    single.add_argument("--batch", type=int, help="sequences (default 1)")
+    single.add_argument("--heads", type=int, help=f"query heads (default {NUM_HEADS})")
+    single.add_argument("--kv-heads", type=int, help=f"KV heads (default {NUM_KV_HEADS})")
+    single.add_argument("--head-dim", type=int, help=f"default {HEAD_DIM}")
+    single.add_argument("--ctx", type=int, help="context tokens of every sequence (default 2048)")
+    single.add_argument("--block-size", type=int, help=f"tokens per page (default {BLOCK_SIZE})")
+    single.add_argument("--dtype", choices=DTYPES, help="default fp16")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the inputs (default %(default)s)")
+    p.add_argument("--list-shapes", action="store_true", help="print the shapes and exit")
+    peers = p.add_argument_group("implementations")
+    peers.add_argument("--baselines", help=f"comma list of {', '.join(BASELINES)}, or none (default: ifa,fia "
+                                           f"where present on npu; {','.join(TORCH_IMPLEMENTATIONS)} elsewhere)")
+    peers.add_argument("--checked", action="store_true", help="also time pa-kit in checked mode (mock/sim)")
+    peers.add_argument("--core-count", type=int, help="cube cores to plan for (default: the device's)")
+    peers.add_argument("--strategy", choices=("auto", "bn", "split_kv"), default="auto")
+    timing = p.add_argument_group("timing")
+    timing.add_argument("--stat", choices=STATISTICS, default="median",
+                        help="median of per-launch times (default) or mean; --no-flush --stat mean is the "
+                             "published method (one timed window of back-to-back launches)")
+    timing.add_argument("--no-flush", action="store_true", help="do not flush the cache between launches")
+    timing.add_argument("--flush-mib", type=int, help="bytes written by a flush (default: 2x L2 / last cache)")
+    timing.add_argument("--warmup", type=int, help="warm-up launches (backend default)")
+    timing.add_argument("--iters", type=int, help="max timed launches per implementation and shape")
+    timing.add_argument("--min-iters", type=int, help="min timed launches, even past the budget")
+    timing.add_argument("--budget-ms", type=float, help="time budget per implementation and shape")
+    timing.add_argument("--peak-gbs", type=float, help="peak bandwidth in GB/s (overrides table/measurement)")
+    timing.add_argument("--bandwidth-mib", type=int, default=512, help="mock read-bandwidth probe size (MiB)")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write the results (schema in benchmark/report.py)")
+    out.add_argument("--compare", metavar="BASELINE.json", help="regression gate against a saved --json")
+    out.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE_PERCENT, metavar="PCT",
+                     help="allowed slow-down per shape in percent (default %(default)s)")
+    out.add_argument("--plot", metavar="FILE.png", help="TB/s against batch and context (needs matplotlib)")
+    return p.parse_args(argv)
+
+
+def select_shapes(args: argparse.Namespace) -> list[BenchShape]:
+    if any(getattr(args, flag) is not None for flag in SINGLE_SHAPE_FLAGS):
+        return [uniform_shape(
+            args.batch or 1, args.ctx or 2048, num_heads=args.heads or NUM_HEADS,
+            num_kv_heads=args.kv_heads or NUM_KV_HEADS, head_dim=args.head_dim or HEAD_DIM,
+            block_size=args.block_size or BLOCK_SIZE, dtype=args.dtype or "fp16", seed=args.seed)]
+    return shape_set(args.shapes, seed=args.seed)
+
+
+def select_baselines(args: argparse.Namespace, backend: str) -> tuple[str, ...]:
+    if args.baselines is None:
+        if backend != "npu":
+            return TORCH_IMPLEMENTATIONS
+        import torch_npu
+
+        return available_npu_peers(torch_npu)
+    if args.baselines.strip().lower() == "none":
+        return ()
+    names = tuple(n.strip() for n in args.baselines.split(",") if n.strip())
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"--baselines: unknown {', '.join(unknown)}; expected {', '.join(BASELINES)} or none")
+    if backend != "npu" and set(names) - set(TORCH_IMPLEMENTATIONS):
+        raise ValueError("--baselines ifa/fia need the npu backend")
+    return names
+
+
+def timing_policy(args: argparse.Namespace, backend: str, flush_bytes: int) -> TimingPolicy:
+    warmup, min_iters, max_iters, budget = TIMING_DEFAULTS[backend]
+    max_iters = args.iters if args.iters is not None else max_iters
+    return TimingPolicy(
+        statistic=args.stat, l2_flush=not args.no_flush,
+        warmup=args.warmup if args.warmup is not None else warmup,
+        min_iters=min(max_iters, args.min_iters if args.min_iters is not None else min_iters),
+        max_iters=max_iters, budget_ms=args.budget_ms if args.budget_ms is not None else budget,
+        flush_bytes=args.flush_mib * MIB if args.flush_mib else flush_bytes,
+    )
+
+
+def reproduce_command(argv: list[str], backend: str) -> str:
+    words = ["python", "bench_pa_performance.py", *argv]
+    if "--backend" not in argv:
+        words += ["--backend", backend]
+    return shlex.join(words)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        shapes = select_shapes(args)
+        if args.list_shapes:
+            for s in shapes:
+                print(f"{s.shape_id}  lengths {min(s.context_lens)}..{s.max_context} "
+                      f"({bytes_model.traffic(s).total_bytes / 1e6:.1f} MB)")
+            return 0
+        backend = args.backend or default_backend()
+        baselines = select_baselines(args, backend)
+        baseline_report = read_json(args.compare) if args.compare else None
+    except ValueError as exc:
+        log(f"error: {exc}")
+        return EXIT_REFUSED
+
+    log(f"pa-kit benchmark: backend {backend}, {len(shapes)} shape(s), baselines {', '.join(baselines) or 'none'}")
+    device = describe_device(backend, peak_gb_per_s=args.peak_gbs, bandwidth_probe_bytes=args.bandwidth_mib * MIB)
+    log(f"device {device.kind}: peak {device.peak_gb_per_s} GB/s ({device.peak_source})")
+    policy = timing_policy(args, backend, device.flush_bytes)
+    if baseline_report is not None:  # refuse before spending minutes measuring
+        try:
+            check_comparable(baseline_report, device.kind, asdict(policy))
+        except IncomparableResultsError as exc:
+            print(str(exc), flush=True)
+            return EXIT_REFUSED
+    options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
+                           core_count=args.core_count, strategy=args.strategy)
+    overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)
+    log(f"launch overhead: {overhead.runner_noop_us} µs per runner launch into call_kernel_noop")
+    suite = Suite(options, device, log=log)
+    records = []
+    for shape in shapes:
+        records += suite.run_shape(shape)
+
+    report = BenchReport(
+        schema_version=SCHEMA_VERSION, created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=reproduce_command(argv, backend), device=device, versions=collect_versions(backend),
+        timing={**asdict(policy), "description": policy.describe()}, bytes_model=bytes_model.DESCRIPTION,
+        launch_overhead=overhead, records=tuple(records),
+    )
+    print(render(report), flush=True)
+    if args.json:
+        write_json(report, args.json)
+        log(f"wrote {args.json}")
+    if args.plot:
+        from benchmark.plot import plot_report
+
+        plot_report(report, args.plot)
+        log(f"wrote {args.plot}")
+    status = 0
+    if any(r.implementation == PA_KIT and not r.ok for r in records):
+        status = EXIT_PA_KIT_FAILED
+    if baseline_report is not None:
+        try:
+            result = compare(baseline_report, report, args.tolerance)
+        except IncomparableResultsError as exc:
+            print(str(exc), flush=True)
+            return EXIT_REFUSED
+        print(result.summary(), flush=True)
+        status = result.exit_code or status
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

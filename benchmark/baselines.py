@@ -1,0 +1,274 @@
+"""Inputs, the float64 golden, and every implementation the benchmark times (pa-kit and its peers).
+
+Each implementation turns a :class:`BenchCase` into a zero-argument callable that launches once and returns
+the output ``[batch, num_heads, head_dim]``.  Everything a launch needs (gather buffers, dense KV, argument
+lists) is built in ``prepare``, outside the timed region.  Every output is checked against the float64 golden
+before the implementation is timed.
+
+Peers:
+
+* ``ifa``: CANN ``torch_npu.npu_incre_flash_attention`` on the same paged cache, every argument by keyword
+  (the keyword-only order changed between torch_npu releases);
+* ``fia``: ``torch_npu.npu_fused_infer_attention_score`` when present;
+* ``torch-paged``: gather the pages into preallocated buffers, grouped matmul, softmax, matmul (gather timed);
+* ``torch-dense``: the same on K/V gathered beforehand into ``[batch, kv_heads, ctx, head_dim]``: the upper
+  bound of what torch can do on this device;
+* ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention(enable_gqa=True)`` on that dense K/V.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from benchmark.bytes_model import pages_used
+from benchmark.shapes import BenchShape
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+#: Max |out - golden| <= atol + rtol * max|golden| for an implementation to be timed.  Outputs are averages of
+#: N(0, 1) values (|golden| < 1), so this is a few units in the last place of the dtype near 1.
+ACCURACY_TOLERANCE = {"fp16": (4e-3, 4e-3), "bf16": (3e-2, 3e-2)}
+#: Spare pages in the cache beyond what the sequences use, so that the shuffled table spans a larger cache.
+SPARE_PAGE_FRACTION = 0.125
+NPU_IMPLEMENTATIONS = ("ifa", "fia")
+TORCH_IMPLEMENTATIONS = ("torch-paged", "torch-dense", "sdpa")
+BASELINES = NPU_IMPLEMENTATIONS + TORCH_IMPLEMENTATIONS
+
+Launch = Callable[[], torch.Tensor]
+
+
+@dataclass
+class BenchCase:
+    """The tensors of one shape on one device.  ``block_table`` rows are shuffled over a larger cache."""
+
+    shape: BenchShape
+    device: str
+    query: torch.Tensor
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_table: torch.Tensor
+    context_lens: torch.Tensor
+    scale: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
+    """Seeded inputs for ``shape``: N(0, 1) values, each sequence's pages a random subset of the cache."""
+    gen = torch.Generator().manual_seed(shape.seed)
+    dtype = TORCH_DTYPES[shape.dtype]
+    pages = [pages_used(n, shape.block_size) for n in shape.context_lens]
+    total = sum(pages)
+    num_blocks = total + max(1, math.ceil(total * SPARE_PAGE_FRACTION))
+    page_shape = (shape.block_size, shape.num_kv_heads, shape.head_dim)
+    query = torch.randn(shape.batch, shape.num_heads, shape.head_dim, generator=gen, dtype=dtype)
+    key_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
+    value_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
+    order = torch.randperm(num_blocks, generator=gen)[:total].to(torch.int32)
+    # Entries past a sequence's last page hold 0, a valid id: IFA requires every entry in [0, num_blocks).
+    block_table = torch.zeros(shape.batch, max(pages), dtype=torch.int32)
+    start = 0
+    for row, count in enumerate(pages):
+        block_table[row, :count] = order[start:start + count]
+        start += count
+    lens = torch.tensor(shape.context_lens, dtype=torch.int32)
+    tensors = [t.to(device) for t in (query, key_cache, value_cache, block_table, lens)]
+    return BenchCase(shape, device, *tensors, scale=1.0 / math.sqrt(shape.head_dim))
+
+
+def sequence_kv(case: BenchCase, seq: int, cache: torch.Tensor) -> torch.Tensor:
+    """``[context, kv_heads, head_dim]`` of sequence ``seq`` gathered from a paged cache."""
+    length = case.shape.context_lens[seq]
+    rows = case.block_table[seq, :pages_used(length, case.shape.block_size)].long()
+    return cache.index_select(0, rows).reshape(-1, case.shape.num_kv_heads, case.shape.head_dim)[:length]
+
+
+def golden(case: BenchCase) -> torch.Tensor:
+    """float64 reference on the CPU, one (sequence, KV head) at a time so long contexts fit in memory."""
+    s = case.shape
+    out = torch.zeros(s.batch, s.num_heads, s.head_dim, dtype=torch.float64)
+    query = case.query.cpu().double()
+    for seq in range(s.batch):
+        keys = sequence_kv(case, seq, case.key_cache).cpu()
+        values = sequence_kv(case, seq, case.value_cache).cpu()
+        for kv in range(s.num_kv_heads):
+            heads = slice(kv * s.group_size, (kv + 1) * s.group_size)
+            scores = query[seq, heads] @ keys[:, kv].double().T * case.scale
+            out[seq, heads] = torch.softmax(scores, dim=-1) @ values[:, kv].double()
+    return out
+
+
+def max_abs_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((out.detach().cpu().double() - reference).abs().max())
+
+
+def within_tolerance(error: float, reference: torch.Tensor, dtype: str) -> bool:
+    atol, rtol = ACCURACY_TOLERANCE[dtype]
+    return error <= atol + rtol * float(reference.abs().max())
+
+
+# ---- torch peers ----------------------------------------------------------------------------------------
+
+
+def _grouped_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """query ``[..., kv, group, D]``, keys/values ``[..., kv, ctx, D]``: matmuls in the input dtype, fp32 softmax."""
+    scores = query @ keys.transpose(-1, -2)
+    probs = torch.softmax(scores.float() * scale, dim=-1).to(query.dtype)
+    return probs @ values
+
+
+def _grouped_query(case: BenchCase) -> torch.Tensor:
+    s = case.shape
+    return case.query.view(s.batch, s.num_kv_heads, s.group_size, s.head_dim)
+
+
+def _dense_kv(case: BenchCase, cache: torch.Tensor) -> list[torch.Tensor]:
+    """Per sequence ``[kv_heads, ctx, head_dim]``, contiguous (gathered once, before timing)."""
+    return [sequence_kv(case, seq, cache).transpose(0, 1).contiguous() for seq in range(case.shape.batch)]
+
+
+def prepare_torch_dense(case: BenchCase) -> Launch:
+    s = case.shape
+    query = _grouped_query(case)
+    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
+    if s.uniform:
+        key_batch, value_batch = torch.stack(keys), torch.stack(values)
+        del keys, values
+        return lambda: _grouped_attention(query, key_batch, value_batch, case.scale).view(s.batch, s.num_heads, -1)
+    out = torch.empty_like(case.query)
+
+    def run() -> torch.Tensor:
+        for seq in range(s.batch):
+            out[seq] = _grouped_attention(query[seq], keys[seq], values[seq], case.scale).view(s.num_heads, -1)
+        return out
+
+    return run
+
+
+def prepare_sdpa(case: BenchCase) -> Launch:
+    s = case.shape
+    query = case.query.view(s.batch, s.num_heads, 1, s.head_dim)
+    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if s.uniform:
+        key_batch, value_batch = torch.stack(keys), torch.stack(values)
+        del keys, values
+        return lambda: sdpa(query, key_batch, value_batch, scale=case.scale, enable_gqa=True).view(
+            s.batch, s.num_heads, -1)
+    out = torch.empty_like(case.query)
+
+    def run() -> torch.Tensor:
+        for seq in range(s.batch):
+            out[seq] = sdpa(query[seq], keys[seq], values[seq], scale=case.scale, enable_gqa=True).view(
+                s.num_heads, -1)
+        return out
+
+    return run
+
+
+def prepare_torch_paged(case: BenchCase) -> Launch:
+    """Gather pages with ``index_select(out=...)`` into buffers allocated and touched here, then attend."""
+    s = case.shape
+    query = _grouped_query(case)
+    counts = [pages_used(n, s.block_size) for n in s.context_lens]
+    page_shape = case.key_cache.shape[1:]
+    if s.uniform:
+        groups = [(list(range(s.batch)), counts[0], s.context_lens[0])]
+    else:
+        groups = [([seq], counts[seq], s.context_lens[seq]) for seq in range(s.batch)]
+    plans = []
+    for seqs, count, length in groups:
+        rows = case.block_table[seqs, :count].reshape(-1).long()
+        buffers = [torch.zeros(len(seqs) * count, *page_shape, dtype=case.key_cache.dtype, device=case.device)
+                   for _ in range(2)]
+        plans.append((seqs, rows, buffers, length))
+    out = torch.empty_like(case.query)
+
+    def run() -> torch.Tensor:
+        for seqs, rows, (kbuf, vbuf), length in plans:
+            torch.index_select(case.key_cache, 0, rows, out=kbuf)
+            torch.index_select(case.value_cache, 0, rows, out=vbuf)
+            n = len(seqs)
+            keys = kbuf.view(n, -1, s.num_kv_heads, s.head_dim)[:, :length].transpose(1, 2)
+            values = vbuf.view(n, -1, s.num_kv_heads, s.head_dim)[:, :length].transpose(1, 2)
+            result = _grouped_attention(query[seqs[0]:seqs[-1] + 1], keys, values, case.scale)
+            out[seqs[0]:seqs[-1] + 1] = result.reshape(n, s.num_heads, s.head_dim)
+        return out
+
+    return run
+
+
+# ---- NPU peers --------------------------------------------------------------------------------------------
+
+
+def ifa_arguments(case: BenchCase) -> dict[str, Any]:
+    """Keyword arguments of ``npu_incre_flash_attention`` for the paged cache (BSH layout).
+
+    Q ``[B, 1, Hq*D]``, K/V ``[num_blocks, block_size, Hkv*D]`` (views, no copy), ``block_table`` int32 on the
+    device, ``actual_seq_lengths`` a host list of ints.  ``scale_value`` must be passed: its default is 1.0.
+    """
+    s = case.shape
+    return {
+        "query": case.query.view(s.batch, 1, s.num_heads * s.head_dim),
+        "key": case.key_cache.view(case.key_cache.shape[0], s.block_size, s.num_kv_heads * s.head_dim),
+        "value": case.value_cache.view(case.value_cache.shape[0], s.block_size, s.num_kv_heads * s.head_dim),
+        "num_heads": s.num_heads,
+        "num_key_value_heads": s.num_kv_heads,
+        "input_layout": "BSH",
+        "scale_value": case.scale,
+        "block_table": case.block_table,
+        "actual_seq_lengths": [int(n) for n in s.context_lens],
+        "block_size": s.block_size,
+    }
+
+
+def fia_scale_keyword() -> str:
+    """FIA's scale argument: ``scale_value`` in torch_npu 6.0.0, ``scale`` from 7.x; read from the op schema."""
+    try:
+        schema = torch.ops.npu.npu_fused_infer_attention_score.default._schema
+        names = {arg.name for arg in schema.arguments}
+    except (AttributeError, RuntimeError):
+        names = set()
+    return "scale_value" if "scale_value" in names else "scale"
+
+
+def fia_arguments(case: BenchCase, scale_keyword: str = "scale") -> dict[str, Any]:
+    """Keyword arguments of ``npu_fused_infer_attention_score``: IFA's, with KV lengths in ``actual_seq_lengths_kv``."""
+    args = ifa_arguments(case)
+    args["actual_seq_lengths_kv"] = args.pop("actual_seq_lengths")
+    args[scale_keyword] = args.pop("scale_value")
+    return args
+
+
+def prepare_ifa(case: BenchCase, torch_npu: Any) -> Launch:
+    s = case.shape
+    args = ifa_arguments(case)
+    op = torch_npu.npu_incre_flash_attention
+    return lambda: op(**args).view(s.batch, s.num_heads, s.head_dim)
+
+
+def prepare_fia(case: BenchCase, torch_npu: Any) -> Launch:
+    s = case.shape
+    args = fia_arguments(case, fia_scale_keyword())
+    op = torch_npu.npu_fused_infer_attention_score
+    return lambda: op(**args)[0].view(s.batch, s.num_heads, s.head_dim)
+
+
+def available_npu_peers(torch_npu: Any) -> tuple[str, ...]:
+    return tuple(name for name, attr in (("ifa", "npu_incre_flash_attention"),
+                                         ("fia", "npu_fused_infer_attention_score")) if hasattr(torch_npu, attr))
+
+
+def prepare_baseline(name: str, case: BenchCase, torch_npu: Any = None) -> Launch:
+    """The launch callable of baseline ``name`` (one of :data:`BASELINES`)."""
+    if name == "ifa":
+        return prepare_ifa(case, torch_npu)
+    if name == "fia":
+        return prepare_fia(case, torch_npu)
+    torch_peers = {"torch-paged": prepare_torch_paged, "torch-dense": prepare_torch_dense, "sdpa": prepare_sdpa}
+    if name not in torch_peers:
+        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {name!r}")
+    return torch_peers[name](case)

@@ -1,0 +1,215 @@
+"""Results: frozen records, the JSON schema (``--json``), and the printed header and table.
+
+JSON schema (``schema_version`` 1), one object:
+
+* ``schema_version``, ``created_utc``, ``command`` (the command line that reproduces the run);
+* ``device``: ``kind`` (what ``--compare`` matches), ``backend``, ``name``, ``peak_gb_per_s``, ``peak_source``,
+  ``cache_bytes``, ``cpu_count``;
+* ``versions``: ``pa_kit``, ``abi_python``, ``abi_library``, ``python``, ``numpy``, ``torch`` (+ ``torch_npu``,
+  ``cann`` on an NPU);
+* ``timing``: the :class:`~benchmark.timing.TimingPolicy` fields and ``description``;
+* ``bytes_model``: the model's one-line description (``benchmark/bytes_model.py``);
+* ``launch_overhead``: host microseconds per launch of the runner's path into the no-op entry, and of a bare
+  cached ctypes call of that entry;
+* ``records``: one :class:`BenchRecord` per (shape id, implementation);
+* ``extras``: free-form per-backend figures (the simulation's per-launch counters).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from benchmark.device import DeviceInfo
+
+SCHEMA_VERSION = 1
+PA_KIT = "pa-kit"
+STATUS_OK = "ok"
+STATUS_INACCURATE = "inaccurate"
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One (shape, implementation) result.  Times in ms; bandwidth decimal; None where not measured."""
+
+    shape_id: str
+    implementation: str
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    dtype: str
+    context_tokens_max: int
+    context_tokens_total: int
+    total_bytes: int
+    kv_bytes: int
+    flops: int
+    status: str
+    statistic: str | None = None
+    time_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    samples: int = 0
+    tb_per_s: float | None = None
+    kv_gb_per_s: float | None = None
+    tflop_per_s: float | None = None
+    percent_of_peak: float | None = None
+    pa_kit_speedup: float | None = None
+    max_abs_error: float | None = None
+    plan: str | None = None
+    #: Per-launch counters a backend reports (the simulation: bytes moved, hand-offs, on-chip use).
+    device_figures: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK and self.time_ms is not None
+
+
+@dataclass(frozen=True)
+class LaunchOverhead:
+    """Host µs per launch: the runner's path into ``call_kernel_noop``, and a bare cached ctypes call of it."""
+
+    runner_noop_us: float | None
+    bare_noop_us: float | None
+    probe_shape_id: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    schema_version: int
+    created_utc: str
+    command: str
+    device: DeviceInfo
+    versions: dict[str, Any]
+    timing: dict[str, Any]
+    bytes_model: str
+    launch_overhead: LaunchOverhead
+    records: tuple[BenchRecord, ...]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def pa_kit_records(self) -> dict[str, BenchRecord]:
+        return {r.shape_id: r for r in self.records if r.implementation == PA_KIT}
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["records"] = [asdict(r) for r in self.records]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchReport:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"benchmark JSON schema_version must be {SCHEMA_VERSION}, got {version!r}")
+        return cls(
+            schema_version=version,
+            created_utc=data["created_utc"],
+            command=data["command"],
+            device=DeviceInfo(**_known(DeviceInfo, data["device"])),
+            versions=dict(data["versions"]),
+            timing=dict(data["timing"]),
+            bytes_model=data["bytes_model"],
+            launch_overhead=LaunchOverhead(**_known(LaunchOverhead, data["launch_overhead"])),
+            records=tuple(BenchRecord(**_known(BenchRecord, r)) for r in data["records"]),
+            extras=dict(data.get("extras", {})),
+        )
+
+
+def _known(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields ``cls`` declares: a newer writer may add keys without breaking older readers."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
+
+
+def write_json(report: BenchReport, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(report.to_dict(), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | Path) -> BenchReport:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read benchmark JSON {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"benchmark JSON {path} must hold an object, got {type(data).__name__}")
+    try:
+        return BenchReport.from_dict(data)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"benchmark JSON {path} does not follow schema {SCHEMA_VERSION}: {exc}") from exc
+
+
+# ---- text -----------------------------------------------------------------------------------------------
+
+COLUMNS = ("shape", "impl", "ms", "p20 ms", "p80 ms", "TB/s", "KV GB/s", "% peak", "pa-kit x", "max err",
+           "plan / note")
+LEGEND = (
+    "ms: the timing statistic above (median unless --stat mean); p20/p80: spread of per-launch times. "
+    "TB/s: all bytes of the model / time, decimal. KV GB/s: K+V bytes only. % peak: TB/s against the peak "
+    "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
+    "float64 golden|; an implementation outside the tolerance is reported, not timed."
+)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[list[str]]:
+    rows = []
+    for r in records:
+        note = r.plan or ""
+        if r.status != STATUS_OK:
+            note = f"{r.status}; {note}" if note else r.status
+        rows.append([
+            r.shape_id, r.implementation, _fmt(r.time_ms, ".4g"), _fmt(r.p20_ms, ".4g"), _fmt(r.p80_ms, ".4g"),
+            _fmt(r.tb_per_s, ".4g"), _fmt(r.kv_gb_per_s, ".1f"), _fmt(r.percent_of_peak, ".1f"),
+            _fmt(r.pa_kit_speedup, ".2f"), _fmt(r.max_abs_error, ".1e"), note,
+        ])
+    return rows
+
+
+def render_table(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:
+    return tabulate(table_rows(records), headers=COLUMNS, tablefmt="github", disable_numparse=True)
+
+
+def render_header(report: BenchReport) -> str:
+    dev, ver, lo = report.device, report.versions, report.launch_overhead
+    peak = f"{dev.peak_gb_per_s:.1f} GB/s" if dev.peak_gb_per_s is not None else "unknown"
+    software = ", ".join(f"{k} {v}" for k, v in ver.items() if k not in {"pa_kit", "abi_python", "abi_library"}
+                         and v is not None)
+    runner_us = _fmt(lo.runner_noop_us, ".2f")
+    bare_us = _fmt(lo.bare_noop_us, ".2f")
+    lines = [
+        "pa-kit paged-attention decode benchmark",
+        f"device:   {dev.name} [kind {dev.kind}], backend {dev.backend}, {dev.cpu_count} host CPUs",
+        f"peak:     {peak} ({dev.peak_source})",
+        f"pa-kit:   {ver.get('pa_kit')}, kernel ABI {ver.get('abi_python')} (library reports "
+        f"{ver.get('abi_library')})",
+        f"software: {software}",
+        f"launch:   {runner_us} µs per runner launch into call_kernel_noop; bare cached ctypes call "
+        f"{bare_us} µs (host, shape {lo.probe_shape_id}){'; ' + lo.note if lo.note else ''}",
+        f"timing:   {report.timing.get('description', '')}",
+        f"bytes:    {report.bytes_model}",
+        f"command:  {report.command}",
+    ]
+    for key, value in report.extras.items():
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines)
+
+
+def render_device_figures(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:
+    """Per-launch figures a backend reported (the simulation's), one line per record that has them."""
+    lines = [f"{r.shape_id} {r.implementation}: " + ", ".join(f"{k} {v}" for k, v in r.device_figures.items())
+             for r in records if r.device_figures]
+    return "\n".join(["per-launch device figures:", *lines]) if lines else ""
+
+
+def render(report: BenchReport) -> str:
+    parts = [render_header(report), "", render_table(report.records), "", LEGEND]
+    figures = render_device_figures(report.records)
+    return "\n".join([*parts, "", figures] if figures else parts)

@@ -1,0 +1,188 @@
+"""The measurement loop: per shape, build the inputs, check every implementation against the golden, time it.
+
+Also the launch-overhead probe: host µs per ``runner()`` whose kernel entry is ``call_kernel_noop`` (the
+runner's whole launch path, kernel excluded), per ``runner.noop()``, and per bare cached ctypes call.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from benchmark import bytes_model
+from benchmark.baselines import (
+    BenchCase,
+    build_case,
+    golden,
+    max_abs_error,
+    prepare_baseline,
+    within_tolerance,
+)
+from benchmark.device import DeviceInfo
+from benchmark.report import PA_KIT, STATUS_INACCURATE, STATUS_OK, BenchRecord, LaunchOverhead
+from benchmark.shapes import BenchShape, uniform_shape
+from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
+
+PA_KIT_CHECKED = "pa-kit checked"
+#: Shape of the launch-overhead probe: small, so that nothing but the launch path is measured.
+PROBE_CONTEXT = 512
+Launch = Callable[[], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    backend: str
+    baselines: tuple[str, ...]
+    policy: TimingPolicy
+    time_checked: bool = False
+    core_count: int | None = None
+    strategy: str = "auto"
+
+
+def device_for(backend: str) -> str:
+    return "npu" if backend == "npu" else "cpu"
+
+
+def plan_summary(plan: Any) -> str:
+    """e.g. ``bn bd24 kvCN1 key0``: strategy, launched cores, KV splits per sequence, tiling key."""
+    return f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num} key{int(plan.key)}"
+
+
+def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backend: Any = None) -> Any:
+    from launcher import PagedAttentionRunner
+
+    return PagedAttentionRunner(
+        case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
+        backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),
+        checked=checked, core_count=options.core_count, strategy=options.strategy,
+    )
+
+
+def noop_backend(backend: str) -> Any:
+    """A backend whose launches call ``call_kernel_noop`` instead of ``call_kernel``, path otherwise unchanged."""
+    from launcher.backends import BACKENDS
+
+    base = BACKENDS[backend]
+
+    class NoopKernelBackend(base):  # type: ignore[misc, valid-type]
+        def make_launch(self, function: Any, args: tuple[Any, ...], extents: Any, num_blocks: int,
+                        checked: bool) -> Any:
+            noop = self.library.call_kernel_noop
+            if noop is None:
+                raise RuntimeError(f"{self.library.path.name} exports no call_kernel_noop")
+            return super().make_launch(noop, args, extents, num_blocks, checked)
+
+    return NoopKernelBackend()
+
+
+def measure_launch_overhead(options: SuiteOptions, dtype: str = "fp16") -> LaunchOverhead:
+    """Host µs per launch into the no-op entry, three ways (see the module docstring)."""
+    shape = uniform_shape(1, PROBE_CONTEXT, dtype=dtype)
+    case = build_case(shape, device_for(options.backend))
+    try:
+        runner = make_runner(case, options, checked=False, backend=noop_backend(options.backend))
+    except (RuntimeError, OSError, ValueError) as exc:
+        return LaunchOverhead(None, None, shape.shape_id, note=f"not measured: {exc}")
+    noop = runner.library.call_kernel_noop
+    args = runner.launch_args
+    runner_us = host_us_per_call(runner)
+    method_us = host_us_per_call(runner.noop)
+    bare_us = host_us_per_call(lambda: noop(*args))
+    note = f"runner.noop() {method_us:.2f} µs; plan {plan_summary(runner.plan)}"
+    return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note)
+
+
+def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel, status: str) -> BenchRecord:
+    return BenchRecord(
+        shape_id=shape.shape_id, implementation=name, batch=shape.batch, num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim, block_size=shape.block_size, dtype=shape.dtype,
+        context_tokens_max=shape.max_context, context_tokens_total=shape.total_context_tokens,
+        total_bytes=traffic.total_bytes, kv_bytes=traffic.kv_bytes, flops=traffic.flops, status=status,
+    )
+
+
+class Suite:
+    """Runs shapes one after another; ``log`` receives one progress line per measurement."""
+
+    def __init__(self, options: SuiteOptions, device: DeviceInfo, log: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.device = device
+        self.log = log
+        self.device_name = device_for(options.backend)
+        flush = make_flush(device.flush_bytes, self.device_name) if options.policy.l2_flush else None
+        if options.backend == "npu":
+            self.timer: HostTimer | NpuEventTimer = NpuEventTimer(options.policy, torch.npu, flush)  # type: ignore[attr-defined]
+        else:
+            self.timer = HostTimer(options.policy, flush)
+        self.torch_npu = None
+        if options.backend == "npu":
+            import torch_npu
+
+            self.torch_npu = torch_npu
+
+    def implementations(self, case: BenchCase) -> list[tuple[str, Callable[[], tuple[Launch, str | None, Any]]]]:
+        """(name, prepare) pairs; prepare returns (launch, plan summary, runner or None)."""
+        def pa_kit(checked: bool) -> Callable[[], tuple[Launch, str | None, Any]]:
+            def prepare() -> tuple[Launch, str | None, Any]:
+                runner = make_runner(case, self.options, checked=checked)
+                return runner, plan_summary(runner.plan), runner
+            return prepare
+
+        impls = [(PA_KIT, pa_kit(False))]
+        if self.options.time_checked and self.options.backend != "npu":
+            impls.append((PA_KIT_CHECKED, pa_kit(True)))
+        for name in self.options.baselines:
+            impls.append((name, lambda name=name: (prepare_baseline(name, case, self.torch_npu), None, None)))
+        return impls
+
+    def run_shape(self, shape: BenchShape) -> list[BenchRecord]:
+        traffic = bytes_model.traffic(shape)
+        case = build_case(shape, self.device_name)
+        reference = golden(case)
+        records = []
+        for name, prepare in self.implementations(case):
+            records.append(self._measure(shape, name, prepare, reference, traffic))
+            gc.collect()
+        del case
+        gc.collect()
+        return with_speedups(records)
+
+    def _measure(self, shape: BenchShape, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
+                 reference: torch.Tensor, traffic: bytes_model.TrafficModel) -> BenchRecord:
+        record = _base_record(shape, name, traffic, STATUS_OK)
+        try:
+            launch, plan, runner = prepare()
+            error = max_abs_error(launch(), reference)
+        except Exception as exc:  # any failure of one implementation is reported, not fatal
+            self.log(f"  {shape.shape_id:<44} {name:<14} failed: {type(exc).__name__}: {exc}")
+            return replace(record, status=f"error: {type(exc).__name__}: {exc}")
+        record = replace(record, max_abs_error=error, plan=plan)
+        if not within_tolerance(error, reference, shape.dtype):
+            self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}, not timed")
+            return replace(record, status=STATUS_INACCURATE)
+        stats = self.timer.measure(launch)
+        tb_s = bytes_model.tb_per_s(traffic.total_bytes, stats.center_ms)
+        figures = getattr(runner, "launch_figures", None)
+        record = replace(
+            record, statistic=stats.statistic, time_ms=stats.center_ms, p20_ms=stats.p20_ms, p80_ms=stats.p80_ms,
+            samples=stats.samples, tb_per_s=tb_s, kv_gb_per_s=bytes_model.gb_per_s(traffic.kv_bytes, stats.center_ms),
+            tflop_per_s=bytes_model.tflop_per_s(traffic.flops, stats.center_ms),
+            percent_of_peak=bytes_model.percent_of_peak(tb_s * 1e3, self.device.peak_gb_per_s),
+            device_figures=dict(figures()) if callable(figures) else None,
+        )
+        self.log(f"  {shape.shape_id:<44} {name:<14} {stats.center_ms:9.4g} ms  {record.kv_gb_per_s:8.2f} KV GB/s"
+                 f"  ({stats.samples} launches)")
+        return record
+
+
+def with_speedups(records: list[BenchRecord]) -> list[BenchRecord]:
+    """Fill ``pa_kit_speedup`` = this implementation's time / pa-kit's, for every timed record but pa-kit's."""
+    pa = next((r for r in records if r.implementation == PA_KIT and r.ok), None)
+    if pa is None or pa.time_ms is None:
+        return records
+    return [replace(r, pa_kit_speedup=r.time_ms / pa.time_ms) if r.ok and r.implementation != PA_KIT
+            and r.time_ms is not None else r for r in records]
