@@ -331,7 +331,7 @@ def test_decode_steps_with_update(backend_name: str) -> None:
 
 
 def test_update_grows_workspace_only_when_needed(mock_like: str) -> None:
-    case = Case("grow", (10, 20), 8, 2, 64, 16, "fp16", strategy="split_kv", spare_pages=300, extra_columns=200)
+    case = Case("grow", (10, 20), 8, 2, 64, 16, "fp16", strategy="split_kv", spare_pages=400, extra_columns=200)
     inputs = make_inputs(case)
     runner = build_runner(case, inputs, make_backend(mock_like), "cpu")
     small = runner.plan.workspace.o_core_bytes

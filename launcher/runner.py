@@ -142,7 +142,9 @@ class PagedAttentionRunner:
         """
         words = torch.from_numpy(np.ascontiguousarray(plan.tiling).view(np.int32).copy())
         if self.tiling is not None and self.tiling.numel() == words.numel():
-            self.tiling.copy_(words)
+            # On the launch stream: a launch still queued there may be reading the previous words.
+            tiling = self.tiling
+            self.backend.on_stream(lambda: tiling.copy_(words), self._stream)()
         else:
             self.tiling = words.to(self.shape.device)
         self._size_workspace(plan)
