@@ -1,0 +1,112 @@
+/*
+ * AVX2 + FMA + F16C path of the mock's arithmetic: a 16-lane vector is a pair of ymm registers (lanes 0-7,
+ * 8-15), so the lane order and reduction tree are those of the other paths.  Compiled with a target pragma;
+ * mock_dispatch.c calls it only when the CPU has these extensions.
+ */
+#include "mock_math.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#include "pa_kernel_abi.h"
+
+typedef struct {
+    __m256 lo, hi;
+} V16;
+
+#define PA_QK_ROWS 4
+#define PA_PV_ROWS 2
+#define PA_PV_CHUNKS 2
+#define PA_HALF_LANES 8
+#define PA_ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define PA_PACK_ORDER 0xD8 /* 64-bit lanes 0, 2, 1, 3: undo the per-128-bit-lane interleave of packus */
+
+static inline V16 v_make(__m256 lo, __m256 hi) {
+    V16 r = {lo, hi};
+    return r;
+}
+static inline V16 v_zero(void) { return v_make(_mm256_setzero_ps(), _mm256_setzero_ps()); }
+static inline V16 v_set1(float x) { return v_make(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
+static inline V16 v_loadu(const float *p) { return v_make(_mm256_loadu_ps(p), _mm256_loadu_ps(p + PA_HALF_LANES)); }
+static inline void v_storeu(float *p, V16 x) {
+    _mm256_storeu_ps(p, x.lo);
+    _mm256_storeu_ps(p + PA_HALF_LANES, x.hi);
+}
+static inline V16 v_add(V16 a, V16 b) { return v_make(_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)); }
+static inline V16 v_sub(V16 a, V16 b) { return v_make(_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)); }
+static inline V16 v_mul(V16 a, V16 b) { return v_make(_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)); }
+static inline V16 v_div(V16 a, V16 b) { return v_make(_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)); }
+static inline V16 v_fma(V16 a, V16 b, V16 c) {
+    return v_make(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
+}
+static inline V16 v_max(V16 a, V16 b) { return v_make(_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)); }
+static inline V16 v_min(V16 a, V16 b) { return v_make(_mm256_min_ps(a.lo, b.lo), _mm256_min_ps(a.hi, b.hi)); }
+static inline V16 v_round(V16 x) {
+    return v_make(_mm256_round_ps(x.lo, PA_ROUND_NEAREST), _mm256_round_ps(x.hi, PA_ROUND_NEAREST));
+}
+
+static inline __m256 pow2i_half(__m256 n) {
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(PA_F32_EXP_BIAS));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, PA_F32_MANT_BITS));
+}
+static inline V16 v_pow2i(V16 n) { return v_make(pow2i_half(n.lo), pow2i_half(n.hi)); }
+
+static inline V16 v_zero_below(V16 res, V16 x, float threshold) {
+    __m256 t = _mm256_set1_ps(threshold);
+    return v_make(_mm256_andnot_ps(_mm256_cmp_ps(x.lo, t, _CMP_LT_OQ), res.lo),
+                  _mm256_andnot_ps(_mm256_cmp_ps(x.hi, t, _CMP_LT_OQ), res.hi));
+}
+
+static inline __m256 widen_half(const uint16_t *p, int bf16) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    if (bf16) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), PA_BF16_SHIFT));
+    }
+    return _mm256_cvtph_ps(raw);
+}
+static inline V16 v_widen(const uint16_t *p, int bf16) {
+    return v_make(widen_half(p, bf16), widen_half(p + PA_HALF_LANES, bf16));
+}
+
+static inline __m256i bf16_round_half(__m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, PA_BF16_SHIFT), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(PA_BF16_ROUND_HALF)), lsb);
+    r = _mm256_srli_epi32(r, PA_BF16_SHIFT);
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(PA_BF16_QNAN), nan);
+}
+
+static inline void v_narrow_store(uint16_t *p, V16 x, int bf16) {
+    if (bf16) {
+        __m256i packed = _mm256_packus_epi32(bf16_round_half(x.lo), bf16_round_half(x.hi));
+        _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(packed, PA_PACK_ORDER));
+        return;
+    }
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x.lo, PA_ROUND_NEAREST));
+    _mm_storeu_si128((__m128i *)(p + PA_HALF_LANES), _mm256_cvtps_ph(x.hi, PA_ROUND_NEAREST));
+}
+
+/* (l + l+8), (l + l+4), (l + l+2), (l + l+1). */
+static inline float v_reduce_add(V16 v) {
+    __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+static inline float v_reduce_max(V16 v) {
+    __m256 m8 = _mm256_max_ps(v.lo, v.hi);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    __m128 m1 = _mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1));
+    return _mm_cvtss_f32(m1);
+}
+
+#define PA_SIMD_TABLE pa_math_avx2
+#define PA_SIMD_NAME "avx2"
+#include "mock_simd_body.h"
+
+#endif /* __x86_64__ */

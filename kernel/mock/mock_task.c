@@ -1,0 +1,247 @@
+/*
+ * The partial phase of the mock device: one logical core's (block_idx) tasks, enumerated as the kernel's
+ * former and tail passes do (research note §3.6), each run tile by tile through the per-core scratch
+ * buffers at the kernel's strides (§4, §5.1): S (fp32) -> P (IN dtype) -> O_tile (fp32) -> online rescale.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "mock_internal.h"
+
+typedef struct pa_task {
+    uint32_t slot, head0, heads, split;
+    uint32_t tok0, len;   /* token range of this task                                                  */
+    pa_where where;
+} pa_task;
+
+typedef struct pa_tile {
+    uint32_t tok, len, cols;   /* first token, tokens, round16(tokens)                                   */
+    float *s, *o_tmp;
+    uint16_t *p;
+} pa_tile;
+
+static uint32_t round16(uint32_t x) {
+    return (x + PA_TILE_ALIGN_TOKENS - 1) / PA_TILE_ALIGN_TOKENS * PA_TILE_ALIGN_TOKENS;
+}
+
+/* The block id of token `tok` of the task's sequence: block-table row from word 8, stride word 5. */
+static int32_t block_id(const pa_launch *L, const pa_task *T, uint32_t tok, int64_t *id, pa_mock_error *e) {
+    int64_t row = pa_slot_word(L, T->slot, PA_BF_BATCH_IDX);
+    int64_t index = row * L->max_blocks + tok / L->block_size;
+    int32_t rc = pa_check_range_always(L, e, PA_ARG_BLOCK_TABLES, index, 1, T->where);
+    if (rc) {
+        return rc;
+    }
+    *id = L->block_tables[index];
+    if (*id < 0 || *id >= L->cfg.num_blocks) {
+        return pa_fail(e, PA_ERR_BAD_BLOCK_ID, PA_ARG_BLOCK_TABLES, index, L->extent[PA_ARG_BLOCK_TABLES],
+                       T->where, "block id %lld at block_tables[%lld] (seq %u, token %u) is outside [0, %lld)",
+                       (long long)*id, (long long)index, T->slot, tok, (long long)L->cfg.num_blocks);
+    }
+    return PA_OK;
+}
+
+/* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0). */
+static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
+                         pa_mock_error *e) {
+    const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
+    const uint32_t d = L->head_dim, kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
+    const uint32_t o_cols = round16(d);
+    const int32_t slot = qk ? PA_ARG_K : PA_ARG_V;
+    const uint16_t *cache = qk ? L->k : L->v;
+    for (uint32_t tok = t->tok; tok < t->tok + t->len;) {
+        uint32_t off = tok % L->block_size, col = tok - t->tok;
+        uint32_t count = L->block_size - off < t->tok + t->len - tok ? L->block_size - off : t->tok + t->len - tok;
+        int64_t id;
+        int32_t rc = block_id(L, T, tok, &id, e);
+        if (rc) {
+            return rc;
+        }
+        int64_t base = (id * L->block_size + off) * row_stride;
+        rc = pa_check_range(L, e, slot, (__int128)base + (__int128)kvh0 * d,
+                            (__int128)(count - 1) * row_stride + (__int128)(kvh1 - kvh0 + 1) * d, T->where);
+        if (rc) {
+            return rc;
+        }
+        for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
+            uint32_t h_lo = kvh * L->group > T->head0 ? kvh * L->group : T->head0;
+            uint32_t h_hi = (kvh + 1) * L->group < T->head0 + T->heads ? (kvh + 1) * L->group : T->head0 + T->heads;
+            uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
+            const uint16_t *kv = cache + base + (int64_t)kvh * d;
+            if (qk) {
+                L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, count,
+                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16);
+            } else {
+                L->ops->pv(buf->p_f32 + (int64_t)r0 * t->cols + col, t->cols, rows, kv, row_stride, count, d,
+                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16);
+            }
+        }
+        tok += count;
+    }
+    return PA_OK;
+}
+
+static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
+                        pa_mock_error *e) {
+    const uint32_t half = index & 1u;
+    t->tok = T->tok0 + index * L->tile_tokens;
+    t->len = T->tok0 + T->len - t->tok < L->tile_tokens ? T->tok0 + T->len - t->tok : L->tile_tokens;
+    t->cols = round16(t->len);
+    int64_t s_off = (int64_t)core * PA_S_CORE_STRIDE_ELEMS + half * PA_S_HALF_ELEMS;
+    int64_t p_off = (int64_t)core * PA_P_CORE_STRIDE_ELEMS + half * PA_P_HALF_ELEMS;
+    int64_t o_off = (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + half * PA_O_TMP_HALF_ELEMS;
+    int64_t rows = T->heads;
+    int32_t rc;
+    if ((rc = pa_check_range(L, e, PA_ARG_S, s_off, rows * t->cols, T->where)) ||
+        (rc = pa_check_range(L, e, PA_ARG_P, p_off, rows * t->cols, T->where)) ||
+        (rc = pa_check_range(L, e, PA_ARG_O_TMP, o_off, rows * round16(L->head_dim), T->where))) {
+        return rc;
+    }
+    t->s = L->s + s_off;
+    t->p = L->p + p_off;
+    t->o_tmp = L->o_tmp + o_off;
+    return PA_OK;
+}
+
+/* Vector stage 1 (softmax of S into P) and stage 2 (online rescale with o_tmp) of one tile. */
+static void vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t index,
+                           pa_worker_buf *buf) {
+    for (uint32_t r = 0; r < T->heads; ++r) {
+        float *srow = t->s + (int64_t)r * t->cols;
+        for (uint32_t j = t->len; j < t->cols; ++j) {
+            srow[j] = 0.0f; /* padding columns: the vector masks them out of max and sum */
+        }
+        float m_new, ll;
+        L->ops->softmax_row(srow, (int32_t)t->len, (int32_t)t->cols, L->tor, index == 0, buf->gm[r],
+                            t->p + (int64_t)r * t->cols, &m_new, &ll, L->bf16);
+        buf->dm[r] = index == 0 ? 0.0f : buf->gm[r] - m_new;
+        buf->gm[r] = m_new;
+        buf->ll[r] = ll;
+    }
+}
+
+static void vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t index,
+                          pa_worker_buf *buf) {
+    const uint32_t d = L->head_dim, o_cols = round16(d);
+    for (uint32_t r = 0; r < T->heads; ++r) {
+        float scale = index == 0 ? 0.0f : pa_expf(buf->dm[r]);
+        L->ops->rescale(buf->go + (int64_t)r * d, t->o_tmp + (int64_t)r * o_cols, scale, (int32_t)d, index == 0);
+        buf->gl[r] = index == 0 ? buf->ll[r] : scale * buf->gl[r] + buf->ll[r];
+    }
+}
+
+/* Last tile: go / gl into o (OUT dtype), or the split's lse into l and fp32 go / gl into o_core. */
+static int32_t write_result(const pa_launch *L, const pa_task *T, pa_worker_buf *buf, pa_mock_error *e) {
+    const int64_t d = L->head_dim, n = T->heads, cn = L->kv_core_num;
+    int32_t rc;
+    if (!L->split_kv) {
+        int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
+        if ((rc = pa_check_range(L, e, PA_ARG_O, o_off, n * d, T->where))) {
+            return rc;
+        }
+        for (int64_t r = 0; r < n; ++r) {
+            L->ops->store_row(buf->go + r * d, buf->gl[r], (int32_t)d, L->o + o_off + r * d, L->bf16);
+        }
+        return PA_OK;
+    }
+    uint64_t addr_l = pa_slot_pair(L, T->slot, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO);
+    uint32_t l_off = (uint32_t)(addr_l + (uint64_t)T->head0 * cn + T->split); /* uint32 as in the kernel */
+    __int128 ofd = (__int128)pa_slot_pair(L, T->slot, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO) * cn;
+    __int128 oc_off = ofd + (__int128)T->head0 * cn * d + (__int128)T->split * d;
+    if ((rc = pa_check_range(L, e, PA_ARG_L, l_off, (n - 1) * cn + 1, T->where)) ||
+        (rc = pa_check_range(L, e, PA_ARG_O_CORE, oc_off, (__int128)(n - 1) * cn * d + d, T->where))) {
+        return rc;
+    }
+    for (int64_t r = 0; r < n; ++r) {
+        L->l[(uint32_t)(l_off + r * cn)] = logf(buf->gl[r]) + buf->gm[r];
+        float *dst = L->o_core + (int64_t)oc_off + r * cn * d;
+        for (int64_t c = 0; c < d; ++c) {
+            dst[c] = buf->go[r * d + c] / buf->gl[r];
+        }
+    }
+    return PA_OK;
+}
+
+static int32_t write_zero_rows(const pa_launch *L, const pa_task *T, pa_mock_error *e) {
+    int64_t d = L->head_dim;
+    int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
+    int32_t rc = pa_check_range(L, e, PA_ARG_O, o_off, (int64_t)T->heads * d, T->where);
+    if (!rc) {
+        memset(L->o + o_off, 0, (size_t)T->heads * (size_t)d * PA_HALF_BYTES);
+    }
+    return rc;
+}
+
+static int32_t run_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, pa_worker_buf *buf,
+                        pa_mock_error *e) {
+    uint32_t kv_len = pa_slot_word(L, T->slot, PA_BF_KV_SEQLEN);
+    T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};
+    if (kv_len == 0) { /* split-KV: the combine writes the zero row */
+        return L->split_kv ? PA_OK : write_zero_rows(L, T, e);
+    }
+    uint32_t kv_loop = pa_splits_of(L, kv_len);
+    if (whole) {
+        T->tok0 = 0;
+        T->len = kv_len;
+    } else {
+        if (T->split >= kv_loop) {
+            return PA_OK;
+        }
+        T->tok0 = T->split * L->kv_split;
+        T->len = T->split == kv_loop - 1 ? kv_len - T->tok0 : L->kv_split;
+    }
+    int64_t d = L->head_dim;
+    int64_t q_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO) + T->head0 * d;
+    int32_t rc = pa_check_range(L, e, PA_ARG_Q, q_off, (int64_t)T->heads * d, T->where);
+    if (rc) {
+        return rc;
+    }
+    L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->bf16);
+    uint32_t tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
+    for (uint32_t index = 0; index < tiles; ++index) {
+        pa_tile t;
+        if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, e))) {
+            return rc;
+        }
+        vector_softmax(L, T, &t, index, buf);
+        L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->bf16); /* the cube reads P back */
+        if ((rc = cube_pass(L, T, &t, buf, 0, e))) {
+            return rc;
+        }
+        vector_update(L, T, &t, index, buf);
+    }
+    return write_result(L, T, buf, e);
+}
+
+int32_t pa_run_core_partials(const pa_launch *L, uint32_t core, pa_worker_buf *buf, pa_mock_error *e) {
+    const uint64_t hq = L->num_heads, cn = L->kv_core_num;
+    int32_t rc;
+    if (L->former_batch) {
+        uint64_t per_batch = (hq + L->former_head - 1) / L->former_head;
+        uint64_t total = (uint64_t)L->former_batch * per_batch * cn;
+        for (uint64_t process = core; process < total; process += L->block_dim) {
+            pa_task T = {0};
+            T.slot = pa_gather(L, (uint32_t)(process / (per_batch * cn)));
+            T.head0 = (uint32_t)((process / cn) % per_batch * L->former_head);
+            T.heads = hq - T.head0 < L->former_head ? (uint32_t)(hq - T.head0) : L->former_head;
+            T.split = (uint32_t)(process % cn);
+            if ((rc = run_task(L, &T, core, 0, buf, e))) {
+                return rc;
+            }
+        }
+    }
+    if (L->tail_batch) {
+        uint64_t per_batch = (hq + L->tail_head - 1) / L->tail_head;
+        uint64_t total = (uint64_t)L->tail_batch * per_batch;
+        for (uint64_t process = core; process < total; process += L->block_dim) {
+            pa_task T = {0};
+            T.slot = pa_gather(L, (uint32_t)(L->former_batch + process / per_batch));
+            T.head0 = (uint32_t)(process % per_batch * L->tail_head);
+            T.heads = hq - T.head0 < L->tail_head ? (uint32_t)(hq - T.head0) : L->tail_head;
+            if ((rc = run_task(L, &T, core, 1, buf, e))) {
+                return rc;
+            }
+        }
+    }
+    return PA_OK;
+}
