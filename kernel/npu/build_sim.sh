@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build the CPU simulation of the pa-kit NPU kernel: <build_dir>/lib/libpa_sim.so (default build_dir: build).
+#
+#   bash kernel/npu/build_sim.sh [build_dir]
+#
+# 1. Fetches pto-isa's headers from the registry package that carries them (tilelang-ascend, pinned by
+#    version and sha256) into <build_dir>/third_party/pto-isa; never committed.  pto-isa is under the CANN
+#    Open Software License v2 (use with Huawei AI processors): we build and test a kernel for Ascend.
+# 2. Installs clang-19 with apt-get when it is missing and apt-get is usable (gcc 12 and clang 14 cannot
+#    compile the pto-isa CPU headers).
+# 3. Compiles with -D__CPU_SIM.  Idempotent: an up-to-date library is left alone.
+# Exits 0 with a "skipped: ..." line when a tool is missing; non-zero only when a compile fails.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+mkdir -p "$BUILD"
+BUILD="$(cd "$BUILD" && pwd)"
+
+PTO_PKG="tilelang-ascend"
+PTO_VERSION="0.1.4"
+PTO_WHEEL="tilelang_ascend-0.1.4-cp311-cp311-manylinux2014_aarch64.whl"
+PTO_SHA256="1afec13f59e18fd9133ae2345a9845d8b58e3f005bd773325664821db5990d03"
+PTO_DIR="$BUILD/third_party/pto-isa"
+PTO_INC="$PTO_DIR/include"
+OUT="$BUILD/lib/libpa_sim.so"
+
+say() { echo "[build_sim] $*"; }
+skip() { say "skipped: $*"; exit 0; }
+
+fetch_pto_isa() {
+    if [[ -f "$PTO_DIR/.sha256" && "$(cat "$PTO_DIR/.sha256")" == "$PTO_SHA256" && -f "$PTO_INC/pto/pto-inst.hpp" ]]; then
+        return 0
+    fi
+    local dl="$BUILD/third_party/download"
+    mkdir -p "$dl"
+    if [[ ! -f "$dl/$PTO_WHEEL" ]]; then
+        command -v python3 >/dev/null || skip "python3 not found (needed to fetch pto-isa with pip)"
+        say "fetching pto-isa headers: $PTO_PKG==$PTO_VERSION (aarch64 wheel; only its headers are used)"
+        if ! python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
+            --python-version 3.11 "$PTO_PKG==$PTO_VERSION" -d "$dl"; then
+            skip "could not download $PTO_PKG==$PTO_VERSION (no registry access?)"
+        fi
+    fi
+    local got
+    got="$(sha256sum "$dl/$PTO_WHEEL" | cut -d' ' -f1)"
+    if [[ "$got" != "$PTO_SHA256" ]]; then
+        rm -f "$dl/$PTO_WHEEL"
+        echo "[build_sim] error: $PTO_WHEEL has sha256 $got, expected $PTO_SHA256" >&2
+        exit 1
+    fi
+    rm -rf "$PTO_DIR" "$BUILD/third_party/unpack"
+    python3 - "$dl/$PTO_WHEEL" "$BUILD/third_party/unpack" <<'EOF'
+import sys, zipfile
+prefix = "tilelang/3rdparty/pto-isa/"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith(prefix)])
+EOF
+    mv "$BUILD/third_party/unpack/tilelang/3rdparty/pto-isa" "$PTO_DIR"
+    rm -rf "$BUILD/third_party/unpack"
+    echo "$PTO_SHA256" > "$PTO_DIR/.sha256"
+    say "pto-isa headers in $PTO_DIR (CANN Open Software License v2)"
+}
+
+find_clang() {
+    for c in clang++-19 clang++-20 clang++-21 clang++-22; do
+        if command -v "$c" >/dev/null; then echo "$c"; return 0; fi
+    done
+    return 1
+}
+
+CXX="${PA_SIM_CXX:-}"
+if [[ -z "$CXX" ]]; then
+    if ! CXX="$(find_clang)"; then
+        if command -v apt-get >/dev/null && [[ "$(id -u)" == "0" ]]; then
+            say "installing clang-19 with apt-get"
+            (apt-get install -y -q clang-19 >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang-19 >/dev/null 2>&1; }) || true
+        fi
+        CXX="$(find_clang)" || skip "clang++-19 not found and not installable here (pto-isa's CPU simulation needs clang >= 19)"
+    fi
+fi
+
+fetch_pto_isa
+
+SOURCES=("$HERE/pa_kernel.cpp" "$HERE/sim/pa_sim_runtime.cpp" "$HERE/sim/pa_sim_validate.cpp" "$HERE/sim/pa_sim_host.cpp")
+if [[ -f "$OUT" && -f "$OUT.stamp" && "$(cat "$OUT.stamp")" == "$PTO_SHA256 $CXX" ]]; then
+    newer="$(find "$HERE" "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/mock/pa_mock_api.h" -type f -newer "$OUT" | head -1)"
+    if [[ -z "$newer" ]]; then
+        say "up to date: $OUT"
+        exit 0
+    fi
+fi
+
+# -D__STDCPP_BFLOAT16_T__ with sim/shim/stdfloat: native bf16 in the CPU simulation (see that file).
+# No -DNDEBUG: pto-isa's on-chip memory model reports buffer overflows through assert().
+FLAGS=(-std=c++23 -O2 -g0 -fPIC -pthread -D__CPU_SIM -D__STDCPP_BFLOAT16_T__=1 -isystem "$HERE/sim/shim"
+       -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$HERE" -Wno-pass-failed
+       -Wall -Wno-ignored-attributes -Wno-unused-function -Wno-unused-variable -Wno-unused-but-set-variable
+       -Wno-builtin-macro-redefined -Wno-reserved-macro-identifier -Wno-sign-compare)
+OBJ="$BUILD/obj/pa_sim"
+mkdir -p "$OBJ" "$BUILD/lib"
+say "compiling with $CXX ($(${CXX} --version | head -1))"
+pids=()
+objs=()
+for src in "${SOURCES[@]}"; do
+    obj="$OBJ/$(basename "${src%.cpp}").o"
+    objs+=("$obj")
+    "$CXX" "${FLAGS[@]}" -c "$src" -o "$obj" &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [[ $status -ne 0 ]]; then
+    echo "[build_sim] error: compile failed" >&2
+    exit 1
+fi
+"$CXX" -shared -pthread -o "$OUT.tmp" "${objs[@]}"
+mv "$OUT.tmp" "$OUT"
+echo "$PTO_SHA256 $CXX" > "$OUT.stamp"
+say "built $OUT (pto-isa $PTO_PKG==$PTO_VERSION, CPU simulation of the A2/A3 kernel)"

@@ -1,0 +1,108 @@
+/*
+ * Split-KV combine (vector cores, after the all-vector barrier): for each (schedule position, q head) the
+ * m_split normalised partials O_i and their lse_i = ln(l_i) + m_i become
+ *     O = sum_i w_i O_i,   w_i = exp(lse_i - M) / sum_j exp(lse_j - M),   M = max_i lse_i,
+ * cast once to the output dtype.  Work items are spread over all 2 * block_num vector sub-cores (the
+ * upstream kernel had both sub-cores of a cluster write the same rows).  Partials are folded in chunks of
+ * kCombineChunkRows rows so UB use does not grow with kvCN.
+ */
+#ifndef PA_COMBINE_HPP
+#define PA_COMBINE_HPP
+
+#include "pa_tiling.hpp"
+
+namespace pa {
+
+template <typename T, int DCap>
+struct CombineCore {
+    /* lse / weights of all splits as one row (tile-scalar instructions take row-major operands) */
+    using LseRow = Tile<TileType::Vec, float, 1, kCombineMaxSplits, BLayout::RowMajor, 1, DYNAMIC>;
+    /* a chunk of the same weights seen as a column, one per partial row */
+    using WCol = Tile<TileType::Vec, float, kCombineChunkRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
+    /* 8 floats = one 32-byte UB block, the smallest vector operand; only element 0 is valid. */
+    using Scalar = Tile<TileType::Vec, float, 1, 8, BLayout::RowMajor, 1, 1>;
+    using Chunk = Tile<TileType::Vec, float, kCombineChunkRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    using RowF = Tile<TileType::Vec, float, 1, DCap, BLayout::RowMajor, 1, DYNAMIC>;
+    using RowT = Tile<TileType::Vec, T, 1, DCap, BLayout::RowMajor, 1, DYNAMIC>;
+
+    /* UB layout (bytes): lse/weights | max | sum | chunk of partials | column sum | accumulator | output. */
+    static constexpr uint32_t kUbLse = 0;
+    static constexpr uint32_t kUbMax = AlignUp(LseRow::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kUbSum = kUbMax + kOnChipAlign;
+    static constexpr uint32_t kUbTmp = kUbSum + kOnChipAlign;
+    static constexpr uint32_t kUbChunk = AlignUp(kUbTmp + LseRow::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kUbPart = AlignUp(kUbChunk + Chunk::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kUbAcc = AlignUp(kUbPart + RowF::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kUbOut = AlignUp(kUbAcc + RowF::Numel * sizeof(float), kOnChipAlign);
+    static_assert(kUbOut + RowT::Numel * sizeof(T) <= kUbBytes, "combine UB plan overflows");
+
+    const Tiling &t;
+    uint32_t core, sub;
+    Gm<T> o;
+    Gm<float> ocore, l;
+
+    AICORE inline void One(uint32_t slot, uint32_t head)
+    {
+        const uint32_t d = t.headDim;
+        const uint64_t kvcn = t.kvCoreNum;
+        const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
+        const uint32_t m = SplitsOf(t, kvLen);
+        const uint64_t addrL = HiLo(t.SlotWord(slot, PA_BF_ADDR_L_HI), t.SlotWord(slot, PA_BF_ADDR_L_LO));
+        const uint64_t addrOfd = HiLo(t.SlotWord(slot, PA_BF_ADDR_OFD_HI), t.SlotWord(slot, PA_BF_ADDR_OFD_LO));
+        const uint64_t addrO = HiLo(t.SlotWord(slot, PA_BF_ADDR_O_HI), t.SlotWord(slot, PA_BF_ADDR_O_LO));
+        LseRow lse(m), tmp(m);
+        Scalar mx, sm;
+        Assign(lse, kUbLse);
+        Assign(tmp, kUbTmp);
+        Assign(mx, kUbMax);
+        Assign(sm, kUbSum);
+        LoadNd(lse, l, addrL + uint64_t(head) * kvcn, 1, m, m, kTrafficPartial);
+        TROWMAX(mx, lse, tmp);
+        pipe_barrier(PIPE_ALL); /* the scalar unit reads UB next */
+        TADDS(lse, lse, -mx.GetValue(0));
+        TEXP(lse, lse);
+        TROWSUM(sm, lse, tmp);
+        pipe_barrier(PIPE_ALL);
+        TMULS(lse, lse, 1.0f / sm.GetValue(0));
+        RowF part(d), acc(d);
+        RowT out(d);
+        Assign(part, kUbPart);
+        Assign(acc, kUbAcc);
+        Assign(out, kUbOut);
+        for (uint32_t c0 = 0; c0 < m; c0 += kCombineChunkRows) {
+            const uint32_t rows = m - c0 < uint32_t(kCombineChunkRows) ? m - c0 : uint32_t(kCombineChunkRows);
+            Chunk chunk(rows, d);
+            WCol w(rows);
+            Assign(chunk, kUbChunk);
+            Assign(w, kUbLse + c0 * sizeof(float));
+            LoadNd(chunk, ocore, addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(c0) * d, rows, d, d,
+                   kTrafficPartial);
+            TROWEXPANDMUL(chunk, chunk, w);
+            if (c0 == 0) {
+                TCOLSUM(acc, chunk);
+            } else {
+                TCOLSUM(part, chunk);
+                TADD(acc, acc, part);
+            }
+        }
+        TCVT(out, acc, RoundMode::CAST_RINT);
+        StoreNd(o, addrO + uint64_t(head) * d, 1, d, d, out, kTrafficOther);
+    }
+
+    AICORE inline void Run(uint32_t blockNum)
+    {
+        const uint32_t items = t.batch * t.numHeads;
+        const uint32_t workers = blockNum * kVecSubCores;
+        for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
+            const uint32_t position = i / t.numHeads, head = i % t.numHeads;
+            const uint32_t slot = t.SlotWord(position, PA_BF_GATHER);
+            if (t.SlotWord(slot, PA_BF_KV_SEQLEN) == 0) continue; /* its zero row is already written */
+            SetWorkItem(int32_t(slot), int32_t(head), -1);
+            One(slot, head);
+        }
+    }
+};
+
+}  // namespace pa
+
+#endif /* PA_COMBINE_HPP */

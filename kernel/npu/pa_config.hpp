@@ -1,0 +1,73 @@
+/*
+ * pa-kit NPU decode kernel: every compile-time constant, with the reason for its value.
+ *
+ * Two-level tiling.  Level 1 is the cube<->vector hand-off unit: up to PA_HANDOFF_TOKENS tokens of one task's
+ * KV range go through GM scratch (S, P, O_tmp) per hand-off, so a 4096-token sequence costs 8 hand-offs, not 32
+ * page-sized ones.  Level 2 is the sub-tile the cube moves into L0: a page-contiguous run of at most
+ * SubTokens(DCap) tokens of one KV head, sized so one K^T or V sub-tile fills half of L0B (double buffering).
+ */
+#ifndef PA_CONFIG_HPP
+#define PA_CONFIG_HPP
+
+#include <stdint.h>
+#include "../pa_kernel_abi.h"
+
+namespace pa {
+
+/* ---- task and hand-off geometry --------------------------------------------------------------------- */
+/* q heads per task: the ABI's head-split cap; a task's heads of one KV group form the matmul M dimension. */
+constexpr int kMaxTaskHeads = PA_HEAD_SPLIT_LIMIT;
+/* M capacity of a cube matmul: a whole task may share one KV head (MQA / large groups). */
+constexpr int kCubeRows = kMaxTaskHeads;
+/* Vector sub-cores per cube core on A2/A3 (one AIC + two AIV per cluster). */
+constexpr int kVecSubCores = 2;
+/* Rows one vector sub-core owns: sub-core i takes rows [i*floor(n/2), ...) of a task's n heads. */
+constexpr int kVecRows = kMaxTaskHeads / kVecSubCores;
+/* Tokens per hand-off: kMaxTaskHeads * 512 fp32 scores = PA_S_HALF_ELEMS, the S scratch half of one stage. */
+constexpr int kHandoffTokens = PA_S_HALF_ELEMS / kMaxTaskHeads;
+/* Row pitch (elements) of S and P in scratch: one hand-off row. */
+constexpr int kScorePitch = kHandoffTokens;
+/* Ping-pong stages of the scratch halves: the cube computes QK of unit u+1 while the vector works on unit u. */
+constexpr int kStages = 2;
+
+static_assert(kMaxTaskHeads * kScorePitch <= PA_S_HALF_ELEMS, "S stage must fit its scratch half");
+static_assert(kMaxTaskHeads * kScorePitch <= PA_P_HALF_ELEMS, "P stage must fit its scratch half");
+static_assert(kMaxTaskHeads * PA_MAX_HEAD_DIM <= PA_O_TMP_HALF_ELEMS, "O_tmp stage must fit its scratch half");
+
+/* ---- level-2 sub-tile ----------------------------------------------------------------------------------
+ * One K^T (D x tokens) or V (tokens x D) sub-tile holds PA_TILE_ELEMS_LIMIT elements = 32 KB of fp16/bf16:
+ * two of them fill L0B (64 KB) exactly, so the next sub-tile loads while the current one multiplies.
+ * DCap is the head-dim capacity class of an instantiation (64, 128 or 256); tokens per sub-tile follow.     */
+constexpr int kSubTileElems = PA_TILE_ELEMS_LIMIT;
+constexpr int SubTokens(int dcap) { return kSubTileElems / dcap; }
+/* Head-dim capacity classes; the entry picks the smallest class >= D. */
+constexpr int kDCapSmall = 64;
+constexpr int kDCapMedium = 128;
+constexpr int kDCapLarge = PA_MAX_HEAD_DIM;
+
+/* ---- on-chip buffer sizes (A2/A3, bytes) ---------------------------------------------------------------- */
+constexpr uint32_t kUbBytes = 192 * 1024;
+constexpr uint32_t kL1Bytes = 512 * 1024;
+constexpr uint32_t kL0aBytes = 64 * 1024;
+constexpr uint32_t kL0bBytes = 64 * 1024;
+constexpr uint32_t kL0cBytes = 128 * 1024;
+/* Alignment of every on-chip buffer start: the 512 B fractal/burst granule of L1 and L0. */
+constexpr uint32_t kOnChipAlign = 512;
+constexpr uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+/* ---- combine ------------------------------------------------------------------------------------------- */
+/* Split LSE values held at once: kvCN <= PA_COMBINE_UB_FLOATS / 16 (D >= 16) = 512. */
+constexpr int kCombineMaxSplits = PA_COMBINE_UB_FLOATS / PA_TILE_ALIGN_TOKENS;
+/* Partial-O rows folded per step: 32 rows x 256 fp32 = 32 KB of UB. */
+constexpr int kCombineChunkRows = 32;
+
+/* ---- cross-core flags (contract §5.2 ids; stage 1 / stage 2 of the ping-pong) -------------------------- */
+constexpr uint16_t kFlagQkReady[kStages] = {3, 6};        /* cube -> vectors: S of the unit is in GM      */
+constexpr uint16_t kFlagSoftmaxReady[kStages] = {4, 7};   /* vectors -> cube: P of the unit is in GM      */
+constexpr uint16_t kFlagUpdateReady[kStages] = {5, 8};    /* cube -> vectors: O_tmp of the unit is in GM  */
+constexpr uint16_t kFlagReduceBarrier = 13;               /* all vectors: split partials done (not id 3!) */
+constexpr int kFlagCount = 16;                            /* FFTS flag ids 0..15                          */
+
+}  // namespace pa
+
+#endif /* PA_CONFIG_HPP */

@@ -1,0 +1,186 @@
+/*
+ * Cube side (AIC): S = Q.K^T and O_tmp = P.V for every hand-off unit of every task of this core.
+ *
+ * Per task the cube runs a one-unit-ahead pipeline: QK(0), QK(1), PV(0), QK(2), PV(1), ..., PV(U-1), so
+ * while the vectors turn S(u) into P(u) the cube already computes S(u+1); it waits on the vectors only when
+ * it needs P(u).  Within a unit, the q heads of a task that share a KV head form one matmul (M = heads of
+ * the group, up to kCubeRows), so each K/V element is read from GM once per task.  K/V move in level-2
+ * sub-tiles (page-contiguous, SubTokens(DCap) tokens) through two L1/L0B buffers, alternating.
+ */
+#ifndef PA_CUBE_HPP
+#define PA_CUBE_HPP
+
+#include "pa_tiling.hpp"
+
+namespace pa {
+
+template <typename T, int DCap>
+struct CubeCore {
+    static constexpr int kSub = SubTokens(DCap);
+    /* L1 (Mat) tiles */
+    using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, 512>;
+    using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+                      SLayout::RowMajor, 512>;
+    using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, 512>;
+    using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, 512>;
+    /* L0 tiles */
+    using QLeft = TileLeft<T, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
+    using PLeft = TileLeft<T, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
+    using KRight = TileRight<T, DCap, kSub, DYNAMIC, DYNAMIC>;
+    using VRight = TileRight<T, kSub, DCap, DYNAMIC, DYNAMIC>;
+    using SAcc = TileAcc<float, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
+    using OAcc = TileAcc<float, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
+
+    /* On-chip layout (bytes).  L1: Q | P | two K/V sub-tile buffers.  L0B: two sub-tiles.  L0C: two S
+     * accumulators (one drains to GM while the next fills) and the P.V accumulator. */
+    static constexpr uint32_t kL1Q = 0;
+    static constexpr uint32_t kL1P = AlignUp(kL1Q + QMat::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1Kv0 = AlignUp(kL1P + PMat::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1KvBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0aQ = 0;
+    static constexpr uint32_t kL0aP = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0bBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0cS = 0;
+    static constexpr uint32_t kL0cSBytes = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kL0cO = 2 * kL0cSBytes;
+    static_assert(kL1Kv0 + 2 * kL1KvBytes <= kL1Bytes, "L1 plan overflows");
+    static_assert(kL0aP + PLeft::Numel * sizeof(T) <= kL0aBytes, "L0A plan overflows");
+    static_assert(2 * kL0bBytes <= pa::kL0bBytes, "L0B plan overflows");
+    static_assert(kL0cO + OAcc::Numel * sizeof(float) <= kL0cBytes, "L0C plan overflows");
+
+    const Tiling &t;
+    uint32_t core;
+    Gm<T> q, k, v, p;
+    Gm<int32_t> bt;
+    Gm<float> s, otmp;
+    uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
+    uint32_t bufToggle = 0;   /* alternates the two K/V sub-tile buffers */
+
+    /* A page-contiguous run of tokens inside a unit: GM element offset of its first token for kv head 0. */
+    struct Piece {
+        uint64_t kvOff;
+        uint32_t col, len;
+    };
+
+    /* Walks the level-2 sub-tiles of unit u: never crossing a page, at most kSub tokens. */
+    template <typename Fn>
+    AICORE inline void ForEachPiece(const Task &tk, uint32_t u, Fn &&fn)
+    {
+        const uint32_t unitStart = tk.tokStart + u * kHandoffTokens;
+        const uint32_t unitLen = UnitTokens(tk, u);
+        const uint64_t rowElems = uint64_t(t.kvHeads) * t.headDim;
+        for (uint32_t col = 0; col < unitLen;) {
+            const uint32_t tok = unitStart + col;
+            const uint32_t page = tok / t.blockSize, inPage = tok % t.blockSize;
+            uint32_t len = t.blockSize - inPage;
+            if (len > uint32_t(kSub)) len = kSub;
+            if (len > unitLen - col) len = unitLen - col;
+            const uint64_t entry = uint64_t(tk.batchIdx) * t.maxBlocks + page;
+            const int32_t id = ReadScalar(bt, entry);
+            CheckBlockId(id, entry);
+            fn(Piece{(uint64_t(id) * t.blockSize + inPage) * rowElems, col, len});
+            col += len;
+        }
+    }
+
+    /* Runs of task rows sharing one KV head: [r0, r0 + m) with kv head kvh. */
+    template <typename Fn>
+    AICORE inline void ForEachGroupRun(const Task &tk, Fn &&fn)
+    {
+        for (uint32_t r0 = 0; r0 < tk.headCount;) {
+            const uint32_t h = tk.headStart + r0;
+            const uint32_t kvh = h / t.group;
+            uint32_t end = (kvh + 1) * t.group - tk.headStart;
+            if (end > tk.headCount) end = tk.headCount;
+            fn(r0, end - r0, kvh);
+            r0 = end;
+        }
+    }
+
+    AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)
+    {
+        const uint32_t d = t.headDim;
+        ForEachGroupRun(tk, [&](uint32_t r0, uint32_t m, uint32_t kvh) {
+            QMat qMat(m, d);
+            QLeft qLeft(m, d);
+            Assign(qMat, kL1Q);
+            Assign(qLeft, kL0aQ);
+            LoadNd(qMat, q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
+            TMOV(qLeft, qMat);
+            ForEachPiece(tk, u, [&](const Piece &pc) {
+                const uint32_t b = bufToggle++ & 1u;
+                KMat kMat(d, pc.len);
+                KRight kRight(d, pc.len);
+                SAcc acc(m, pc.len);
+                Assign(kMat, kL1Kv0 + b * kL1KvBytes);
+                Assign(kRight, b * kL0bBytes);
+                Assign(acc, kL0cS + b * kL0cSBytes);
+                LoadDn(kMat, k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(t.kvHeads) * d, kTrafficKv);
+                TMOV(kRight, kMat);
+                TMATMUL(acc, qLeft, kRight);
+                Count(kCountMatmul);
+                StoreNd(s, ScratchS(core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len, kScorePitch, acc,
+                        kTrafficScratch);
+            });
+        });
+        SignalVectors(kFlagQkReady[stage]);
+    }
+
+    AICORE inline void PvUnit(const Task &tk, uint32_t u, uint32_t stage)
+    {
+        const uint32_t d = t.headDim;
+        const uint32_t unitLen = UnitTokens(tk, u);
+        WaitFromVectors(kFlagSoftmaxReady[stage]);
+        ForEachGroupRun(tk, [&](uint32_t r0, uint32_t m, uint32_t kvh) {
+            PMat pMat(m, unitLen);
+            OAcc acc(m, d);
+            Assign(pMat, kL1P);
+            Assign(acc, kL0cO);
+            LoadNd(pMat, p, ScratchP(core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
+                   kTrafficScratch);
+            bool first = true;
+            ForEachPiece(tk, u, [&](const Piece &pc) {
+                const uint32_t b = bufToggle++ & 1u;
+                VMat vMat(pc.len, d);
+                VRight vRight(pc.len, d);
+                PLeft pLeft(m, pc.len);
+                Assign(vMat, kL1Kv0 + b * kL1KvBytes);
+                Assign(vRight, b * kL0bBytes);
+                Assign(pLeft, kL0aP);
+                LoadNd(vMat, v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(t.kvHeads) * d, kTrafficKv);
+                TEXTRACT(pLeft, pMat, 0, pc.col);
+                TMOV(vRight, vMat);
+                if (first) {
+                    TMATMUL(acc, pLeft, vRight);
+                } else {
+                    TMATMUL_ACC(acc, acc, pLeft, vRight);
+                }
+                first = false;
+                Count(kCountMatmul);
+            });
+            StoreNd(otmp, ScratchO(core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
+        });
+        SignalVectors(kFlagUpdateReady[stage]);
+    }
+
+    AICORE inline void Run(uint32_t blockNum)
+    {
+        ForEachTask(t, core, blockNum, [&](const Task &tk) {
+            if (tk.empty) return;
+            Count(kCountTask);
+            const uint32_t units = UnitsOf(tk);
+            const uint32_t base = unitCounter;
+            for (uint32_t u = 0; u < units; ++u) {
+                QkUnit(tk, u, (base + u) % kStages);
+                Count(kCountUnit);
+                if (u >= 1) PvUnit(tk, u - 1, (base + u - 1) % kStages);
+            }
+            PvUnit(tk, units - 1, (base + units - 1) % kStages);
+            unitCounter = base + units;
+        });
+    }
+};
+
+}  // namespace pa
+
+#endif /* PA_CUBE_HPP */

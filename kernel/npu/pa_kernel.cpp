@@ -1,0 +1,105 @@
+/*
+ * pa-kit paged-attention decode kernel, device entry (ABI v1, kernel/pa_kernel_abi.h).
+ *
+ * One mixed kernel: each launched block is a cluster of one cube core (AIC) and two vector sub-cores (AIV).
+ * The entry reads the tiling key and the head dimension and runs the matching instantiation:
+ * input dtype (fp16 / bf16, key bit 0) x head-dim capacity class (64 / 128 / 256).  Split-KV (bit 4) and
+ * split-block (bit 7) need no separate code: split-KV is kvCN > 1 in the tiling, and level-2 sub-tiles
+ * never cross a page, so a tile that divides the page is just more sub-tiles.
+ *
+ * Built twice from this source: for the NPU by CANN's bisheng (build_npu.sh, dav-c220 cube + vec) and for
+ * CPU simulation by clang++ -D__CPU_SIM (build_sim.sh), where sim/pa_sim_host.cpp runs each core as a thread.
+ */
+#include "pa_cube.hpp"
+#include "pa_vector.hpp"
+
+namespace pa {
+
+struct KernelArgs {
+    __gm__ uint8_t *ptr[PA_NUM_PTR_ARGS];
+};
+
+template <typename T, int DCap>
+AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, bool cube, uint32_t core, uint32_t blockNum,
+                           uint32_t sub)
+{
+    if (cube) {
+        CubeCore<T, DCap> c{t,
+                            core,
+                            BindGm<T>(a.ptr[PA_ARG_Q], PA_ARG_Q),
+                            BindGm<T>(a.ptr[PA_ARG_K], PA_ARG_K),
+                            BindGm<T>(a.ptr[PA_ARG_V], PA_ARG_V),
+                            BindGm<T>(a.ptr[PA_ARG_P], PA_ARG_P),
+                            BindGm<int32_t>(a.ptr[PA_ARG_BLOCK_TABLES], PA_ARG_BLOCK_TABLES),
+                            BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
+                            BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP)};
+        c.Run(blockNum);
+    } else {
+        VectorCore<T, DCap> v{t,
+                              core,
+                              sub,
+                              BindGm<T>(a.ptr[PA_ARG_P], PA_ARG_P),
+                              BindGm<T>(a.ptr[PA_ARG_O], PA_ARG_O),
+                              BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
+                              BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP),
+                              BindGm<float>(a.ptr[PA_ARG_O_CORE], PA_ARG_O_CORE),
+                              BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L)};
+        v.Run(blockNum);
+    }
+}
+
+template <typename T>
+AICORE inline void RunDtype(const KernelArgs &a, const Tiling &t, bool cube, uint32_t core, uint32_t blockNum,
+                            uint32_t sub)
+{
+    if (t.headDim <= uint32_t(kDCapSmall)) {
+        RunCore<T, kDCapSmall>(a, t, cube, core, blockNum, sub);
+    } else if (t.headDim <= uint32_t(kDCapMedium)) {
+        RunCore<T, kDCapMedium>(a, t, cube, core, blockNum, sub);
+    } else {
+        RunCore<T, kDCapLarge>(a, t, cube, core, blockNum, sub);
+    }
+}
+
+/* Keys this kernel executes; anything else does nothing on the NPU (the simulation host rejects it first). */
+AICORE inline bool KeyKnown(uint32_t key)
+{
+    const uint32_t known = PA_KEY_BF16_BIT | PA_KEY_SPLIT_KV_BIT | PA_KEY_SPLIT_BLOCK_BIT;
+    return (key & ~known) == 0;
+}
+
+AICORE inline void Dispatch(const KernelArgs &a, bool cube, uint32_t core, uint32_t blockNum, uint32_t sub)
+{
+    const Tiling t = ReadTiling(a.ptr[PA_ARG_TILING]);
+    if (!KeyKnown(t.key)) return;
+    if (t.key & PA_KEY_BF16_BIT) {
+        RunDtype<bfloat16_t>(a, t, cube, core, blockNum, sub);
+    } else {
+        RunDtype<half>(a, t, cube, core, blockNum, sub);
+    }
+}
+
+}  // namespace pa
+
+#define PA_KERNEL_PARAMS(X)                                                                                    \
+    X(q) X(k) X(v) X(block_tables) X(mask) X(deq_scale1) X(deq_offset1) X(deq_scale2) X(deq_offset2)          \
+    X(razor_offset) X(scale) X(logn) X(eye) X(o) X(s) X(p) X(o_tmp) X(go) X(o_core) X(l) X(k16) X(v16) X(tiling)
+#define PA_PARAM_DECL(name) __gm__ uint8_t *name,
+#define PA_PARAM_INIT(name) name,
+
+extern "C" __global__ AICORE void pa_decode_kernel(PA_KERNEL_PARAMS(PA_PARAM_DECL) uint32_t block_num)
+{
+    const pa::KernelArgs args{{PA_KERNEL_PARAMS(PA_PARAM_INIT)}};
+#if defined(__CPU_SIM)
+    const bool cube = pa::sim::tctx.role == pa::sim::kRoleCube;
+    const uint32_t sub = cube ? 0 : uint32_t(pa::sim::tctx.role - pa::sim::kRoleVec0);
+    pa::Dispatch(args, cube, get_block_idx(), block_num, sub);
+#elif defined(__DAV_C220_CUBE__)
+    set_padding(0);
+    pa::Dispatch(args, true, get_block_idx(), block_num, 0);
+#elif defined(__DAV_C220_VEC__)
+    set_mask_norm();
+    set_vector_mask((uint64_t)-1, (uint64_t)-1);
+    pa::Dispatch(args, false, get_block_idx(), block_num, get_subblockid());
+#endif
+}

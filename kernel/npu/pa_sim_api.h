@@ -1,0 +1,50 @@
+/*
+ * Exports of the simulation build (build/lib/libpa_sim.so) beyond kernel ABI v1 and the mock API.
+ *
+ * Per-launch figures that predict NPU behaviour from the CPU simulation of the same kernel source:
+ * traffic between global memory and the on-chip buffers, cube<->vector hand-offs, and the peak on-chip
+ * buffer use of any one core.  pa_sim_stats() copies the figures of the calling thread's last call_kernel.
+ */
+#ifndef PA_SIM_API_H
+#define PA_SIM_API_H
+
+#include <stdint.h>
+
+/* on-chip regions, in this order */
+#define PA_SIM_REGION_UB 0   /* vector core unified buffer, 192 KB on A2/A3 */
+#define PA_SIM_REGION_L1 1   /* cube L1, 512 KB */
+#define PA_SIM_REGION_L0A 2  /* cube left-operand buffer, 64 KB */
+#define PA_SIM_REGION_L0B 3  /* cube right-operand buffer, 64 KB */
+#define PA_SIM_REGION_L0C 4  /* cube accumulator, 128 KB */
+#define PA_SIM_REGIONS 5
+
+typedef struct pa_sim_stats {
+    uint64_t gm_read_bytes;        /* every GM -> on-chip transfer (loads and scalar reads), all cores          */
+    uint64_t gm_write_bytes;       /* every on-chip -> GM transfer                                              */
+    uint64_t kv_read_bytes;        /* the K/V cache share of gm_read_bytes                                      */
+    uint64_t scratch_bytes;        /* s/p/o_tmp traffic (both directions): the price of the cube<->vector split */
+    uint64_t partial_bytes;        /* o_core/l traffic (both directions): the price of split-KV                 */
+    uint64_t handoffs;             /* cube<->vector flag signals (one per direction and hand-off unit)          */
+    uint64_t units;                /* level-1 hand-off units processed (per cube core, summed)                  */
+    uint64_t tasks;                /* (sequence, head range, KV range) tasks run by the cube cores              */
+    uint64_t matmuls;              /* cube TMATMUL instructions (level-2 sub-tiles)                             */
+    uint32_t peak_bytes[PA_SIM_REGIONS]; /* highest end offset of any buffer assigned on any core, per region   */
+    uint32_t capacity_bytes[PA_SIM_REGIONS]; /* the region sizes the peaks must stay below                     */
+    uint32_t block_dim;            /* clusters launched                                                         */
+    uint32_t threads;              /* host threads used (3 per cluster)                                         */
+    double wall_seconds;           /* host time of the simulated launch                                         */
+} pa_sim_stats;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+int32_t pa_sim_stats_get(pa_sim_stats *out); /* PA_OK, or PA_ERR_BAD_LAUNCH when no launch ran on this thread */
+/* Deadlock timeout of simulated waits in milliseconds (default 30000, or env PA_SIM_TIMEOUT_MS); returns the old.
+ * A wait that times out fails the launch with PA_ERR_INTERNAL.  Env PA_SIM_DROP_SIGNAL=n loses the n-th flag
+ * signal of each launch (fault injection for the deadlock negative control). */
+int32_t pa_sim_set_timeout_ms(int32_t ms);
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PA_SIM_API_H */

@@ -1,0 +1,146 @@
+/*
+ * Reading the tiling words (ABI v1) and walking the task list exactly as contract §3.6 defines it:
+ * process = block_idx, block_idx + block_num, ... over the former pass (former_batch x head chunks x kvCN),
+ * then the tail pass (tail_batch x tail head chunks, whole sequences).  Schedule position p runs the slot
+ * named by per-sequence word 13 of slot p (a gather map).  Cube and vector cores walk the same list.
+ */
+#ifndef PA_TILING_HPP
+#define PA_TILING_HPP
+
+#include "pa_platform.hpp"
+
+namespace pa {
+
+AICORE inline uint64_t HiLo(uint32_t hi, uint32_t lo) { return (uint64_t(hi) << 32) | lo; }
+AICORE inline uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+struct Tiling {
+    Gm<uint32_t> words;
+    uint32_t batch, numHeads, headDim, blockSize, maxBlocks, kvHeads, group;
+    uint32_t formerBatch, formerHead, tailBatch, tailHead, kvSplit, kvCoreNum, tileTokens, key;
+    float scale;
+
+    AICORE inline uint32_t Word(uint32_t i) const { return ReadScalar(words, i); }
+    AICORE inline uint32_t SlotWord(uint32_t slot, uint32_t field) const
+    {
+        return Word(PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * slot + field);
+    }
+    AICORE inline bool SplitKv() const { return kvCoreNum > 1; }
+};
+
+AICORE inline Tiling ReadTiling(__gm__ uint8_t *raw)
+{
+    Tiling t;
+    t.words = BindGm<uint32_t>(raw, PA_ARG_TILING);
+    t.batch = t.Word(PA_TW_DECODER_BS);
+    t.numHeads = t.Word(PA_TW_NUMHEADS);
+    t.headDim = t.Word(PA_TW_HEADDIM);
+    t.blockSize = t.Word(PA_TW_BLOCKSIZE);
+    t.maxBlocks = t.Word(PA_TW_MAXBLOCKS);
+    t.kvHeads = t.Word(PA_TW_KVHEADS);
+    if (t.kvHeads == 0) t.kvHeads = t.numHeads; /* ATB: 0 means MHA */
+    t.group = t.numHeads / t.kvHeads;
+    t.formerBatch = t.Word(PA_TW_FORMER_BATCH);
+    t.formerHead = t.Word(PA_TW_FORMER_HEAD);
+    t.tailBatch = t.Word(PA_TW_TAIL_BATCH);
+    t.tailHead = t.Word(PA_TW_TAIL_HEAD);
+    t.kvSplit = t.Word(PA_TW_KVSPLIT);
+    t.kvCoreNum = t.Word(PA_TW_KVCORENUM);
+    t.tileTokens = t.Word(PA_TW_BLOCKSIZE_CALC);
+    t.key = t.Word(PA_TW_KEY);
+    union {
+        uint32_t u;
+        float f;
+    } bits;
+    bits.u = t.Word(PA_TW_TOR);
+    t.scale = bits.f;
+    return t;
+}
+
+/* One (sequence, head range, KV range) unit of work.  empty: a zero-length sequence's head range (split 0). */
+struct Task {
+    uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount;
+    uint64_t addrQ, addrO, addrL, addrOfd;
+    bool empty;
+};
+
+/* Splits a sequence of kvLen tokens actually has: ceil(round_up(kvLen, bs) / KVSPLIT). */
+AICORE inline uint32_t SplitsOf(const Tiling &t, uint32_t kvLen)
+{
+    return CeilDiv(CeilDiv(kvLen, t.blockSize) * t.blockSize, t.kvSplit);
+}
+
+AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t headStart, uint32_t headSplit, uint32_t split)
+{
+    Task k;
+    k.slot = slot;
+    k.kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
+    k.batchIdx = t.SlotWord(slot, PA_BF_BATCH_IDX);
+    k.headStart = headStart;
+    k.headCount = t.numHeads - headStart < headSplit ? t.numHeads - headStart : headSplit;
+    k.split = split;
+    k.addrQ = HiLo(t.SlotWord(slot, PA_BF_ADDR_Q_HI), t.SlotWord(slot, PA_BF_ADDR_Q_LO));
+    k.addrO = HiLo(t.SlotWord(slot, PA_BF_ADDR_O_HI), t.SlotWord(slot, PA_BF_ADDR_O_LO));
+    k.addrL = HiLo(t.SlotWord(slot, PA_BF_ADDR_L_HI), t.SlotWord(slot, PA_BF_ADDR_L_LO));
+    k.addrOfd = HiLo(t.SlotWord(slot, PA_BF_ADDR_OFD_HI), t.SlotWord(slot, PA_BF_ADDR_OFD_LO));
+    k.empty = k.kvLen == 0;
+    k.tokStart = split * t.kvSplit;
+    k.tokCount = 0;
+    if (!k.empty) {
+        const uint32_t splits = SplitsOf(t, k.kvLen);
+        k.tokCount = split + 1 == splits ? k.kvLen - k.tokStart : t.kvSplit;
+    }
+    return k;
+}
+
+/* Calls fn(task) for every task of core `core` in launch order.  Splits beyond a sequence's length are
+ * skipped; an empty sequence yields one `empty` task per head chunk (split 0) so its rows get zeros. */
+template <typename Fn>
+AICORE inline void ForEachTask(const Tiling &t, uint32_t core, uint32_t blockNum, Fn &&fn)
+{
+    for (int pass = 0; pass < 2; ++pass) {
+        const uint32_t positions = pass == 0 ? t.formerBatch : t.tailBatch;
+        const uint32_t first = pass == 0 ? 0 : t.formerBatch;
+        const uint32_t headSplit = pass == 0 ? t.formerHead : t.tailHead;
+        const uint32_t kvcn = pass == 0 ? t.kvCoreNum : 1;
+        if (positions == 0 || headSplit == 0) continue;
+        const uint32_t chunks = CeilDiv(t.numHeads, headSplit);
+        const uint32_t total = positions * chunks * kvcn;
+        for (uint32_t process = core; process < total; process += blockNum) {
+            const uint32_t position = first + process / (chunks * kvcn);
+            const uint32_t slot = t.SlotWord(position, PA_BF_GATHER);
+            const uint32_t chunk = (process / kvcn) % chunks;
+            const uint32_t split = process % kvcn;
+            const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
+            if (kvLen == 0 ? split != 0 : split >= SplitsOf(t, kvLen)) continue;
+            SetWorkItem(int32_t(slot), int32_t(chunk * headSplit), int32_t(split));
+            fn(MakeTask(t, slot, chunk * headSplit, headSplit, split));
+        }
+    }
+}
+
+/* Hand-off units of a task: ceil(tokCount / kHandoffTokens). */
+AICORE inline uint32_t UnitsOf(const Task &k) { return CeilDiv(k.tokCount, kHandoffTokens); }
+AICORE inline uint32_t UnitTokens(const Task &k, uint32_t u)
+{
+    const uint32_t rest = k.tokCount - u * kHandoffTokens;
+    return rest < uint32_t(kHandoffTokens) ? rest : uint32_t(kHandoffTokens);
+}
+
+/* Per-core scratch bases (elements), ABI strides; stage 0/1 halves. */
+AICORE inline uint64_t ScratchS(uint32_t core, uint32_t stage)
+{
+    return uint64_t(core) * PA_S_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_S_HALF_ELEMS;
+}
+AICORE inline uint64_t ScratchP(uint32_t core, uint32_t stage)
+{
+    return uint64_t(core) * PA_P_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_P_HALF_ELEMS;
+}
+AICORE inline uint64_t ScratchO(uint32_t core, uint32_t stage)
+{
+    return uint64_t(core) * PA_O_TMP_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_O_TMP_HALF_ELEMS;
+}
+
+}  // namespace pa
+
+#endif /* PA_TILING_HPP */

@@ -1,0 +1,226 @@
+/*
+ * Host side of libpa_sim.so: the ABI v1 exports, the mock API (bind, last error, read bandwidth) with the
+ * mock's semantics, and pa_sim_stats_get.  call_kernel validates the launch, then runs block_dim clusters
+ * of one cube and two vector threads over the kernel in pa_kernel.cpp and joins them.  A pto-isa on-chip
+ * overflow asserts and aborts the process: run simulated launches in a subprocess.
+ */
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <pto/pto-inst.hpp>
+
+#include "pa_sim_validate.hpp"
+
+#define PA_PTR_PARAMS                                                                                          \
+    void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,       \
+        void *a10, void *a11, void *a12, void *a13, void *a14, void *a15, void *a16, void *a17, void *a18,      \
+        void *a19, void *a20, void *a21, void *a22
+#define PA_PTR_LIST a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22
+
+extern "C" void pa_decode_kernel(uint8_t *q, uint8_t *k, uint8_t *v, uint8_t *bt, uint8_t *mask, uint8_t *ds1,
+                                 uint8_t *do1, uint8_t *ds2, uint8_t *do2, uint8_t *razor, uint8_t *scale,
+                                 uint8_t *logn, uint8_t *eye, uint8_t *o, uint8_t *s, uint8_t *p, uint8_t *otmp,
+                                 uint8_t *go, uint8_t *ocore, uint8_t *l, uint8_t *k16, uint8_t *v16,
+                                 uint8_t *tiling, uint32_t block_num);
+
+/* clang lowers float -> __bf16 casts to this libgcc >= 13 helper; Debian 12's libgcc lacks it. */
+extern "C" __bf16 __truncsfbf2(float f)
+{
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    constexpr uint32_t kAbsMask = 0x7fffffffu, kInf = 0x7f800000u, kQuietBit = 0x40u, kRoundBias = 0x7fffu;
+    const uint16_t h = (u & kAbsMask) > kInf ? uint16_t((u >> 16) | kQuietBit)
+                                             : uint16_t((u + kRoundBias + ((u >> 16) & 1u)) >> 16);
+    __bf16 r;
+    std::memcpy(&r, &h, sizeof(r));
+    return r;
+}
+
+namespace {
+
+using namespace pa::sim;
+
+constexpr int32_t kDefaultTimeoutMs = 30000; /* far above any CI launch; a deadlock fails instead of hanging */
+
+struct HostState {
+    bool bound = false;
+    pa_mock_config config{};
+    pa_mock_error lastError{};
+    bool hasStats = false;
+    pa_sim_stats stats{};
+};
+thread_local HostState host;
+int32_t g_timeoutMs = 0;
+
+int32_t TimeoutMs()
+{
+    if (g_timeoutMs > 0) return g_timeoutMs;
+    const char *env = std::getenv("PA_SIM_TIMEOUT_MS");
+    const int32_t v = env ? std::atoi(env) : 0;
+    return v > 0 ? v : kDefaultTimeoutMs;
+}
+
+void Worker(Launch *L, uint32_t core, int32_t role, void *const *ptr)
+{
+    pto::cpu_sim::ScopedExecutionContext ctx(core, role == kRoleCube ? 0 : uint32_t(role - kRoleVec0),
+                                             pa::kVecSubCores);
+    tctx = ThreadCtx{};
+    tctx.launch = L;
+    tctx.core = int32_t(core);
+    tctx.role = role;
+    tctx.ctr = &L->counters[core * kRolesPerCluster + role];
+    auto *b = reinterpret_cast<uint8_t *const *>(ptr);
+    try {
+        pa_decode_kernel(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                         b[14], b[15], b[16], b[17], b[18], b[19], b[20], b[21], b[22], L->blockDim);
+    } catch (const Abort &) {
+        /* the launch failed; the first error is in L->error */
+    }
+}
+
+void CollectStats(const Launch &L, double seconds)
+{
+    pa_sim_stats &st = host.stats;
+    st = pa_sim_stats{};
+    for (const Counters &c : L.counters) {
+        st.gm_read_bytes += c.gmReadBytes;
+        st.gm_write_bytes += c.gmWriteBytes;
+        st.kv_read_bytes += c.kvReadBytes;
+        st.scratch_bytes += c.scratchBytes;
+        st.partial_bytes += c.partialBytes;
+        st.handoffs += c.handoffs;
+        st.units += c.units;
+        st.tasks += c.tasks;
+        st.matmuls += c.matmuls;
+        for (int r = 0; r < PA_SIM_REGIONS; ++r) st.peak_bytes[r] = std::max(st.peak_bytes[r], c.peak[r]);
+    }
+    const uint32_t caps[PA_SIM_REGIONS] = {pa::kUbBytes, pa::kL1Bytes, pa::kL0aBytes, pa::kL0bBytes, pa::kL0cBytes};
+    std::copy(caps, caps + PA_SIM_REGIONS, st.capacity_bytes);
+    st.block_dim = L.blockDim;
+    st.threads = L.blockDim * kRolesPerCluster;
+    st.wall_seconds = seconds;
+    host.hasStats = true;
+}
+
+int32_t Launch23(uint32_t blockDim, void *const *ptr)
+{
+    std::memset(&host.lastError, 0, sizeof(host.lastError));
+    if (!host.bound) {
+        host.lastError.code = PA_ERR_BAD_LAUNCH;
+        host.lastError.arg_slot = host.lastError.core = host.lastError.seq = -1;
+        host.lastError.head = host.lastError.split = -1;
+        std::snprintf(host.lastError.message, sizeof(host.lastError.message),
+                      "no pa_mock_bind() configuration on this thread");
+        return PA_ERR_BAD_LAUNCH;
+    }
+    Launch L;
+    std::copy(host.config.extent_bytes, host.config.extent_bytes + PA_NUM_PTR_ARGS, L.extentBytes);
+    L.numBlocks = host.config.num_blocks;
+    L.checked = host.config.checked != 0;
+    L.blockDim = blockDim;
+    L.timeout = std::chrono::milliseconds(TimeoutMs());
+    if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) L.dropSignal = std::atoll(drop);
+    const int32_t rc = ValidateLaunch(blockDim, ptr, L, &host.lastError);
+    if (rc != PA_OK) return rc;
+    L.counters.resize(size_t(blockDim) * kRolesPerCluster);
+    for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    threads.reserve(size_t(blockDim) * kRolesPerCluster);
+    for (uint32_t c = 0; c < blockDim; ++c) {
+        for (int32_t role = 0; role < kRolesPerCluster; ++role) threads.emplace_back(Worker, &L, c, role, ptr);
+    }
+    for (auto &t : threads) t.join();
+    CollectStats(L, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (L.hasError) {
+        host.lastError = L.error;
+        return L.error.code;
+    }
+    return PA_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
+
+uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
+
+int32_t call_kernel(uint32_t block_dim, void *stream, PA_PTR_PARAMS)
+{
+    (void)stream;
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_LIST};
+    return Launch23(block_dim, ptr);
+}
+
+int32_t call_kernel_noop(uint32_t block_dim, void *stream, PA_PTR_PARAMS)
+{
+    (void)block_dim;
+    (void)stream;
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_LIST};
+    (void)ptr;
+    return PA_OK;
+}
+
+int32_t pa_mock_bind(const pa_mock_config *config)
+{
+    if (config == nullptr) {
+        host.bound = false;
+        return PA_OK;
+    }
+    host.config = *config;
+    host.bound = true;
+    return PA_OK;
+}
+
+int32_t pa_mock_last_error(pa_mock_error *out)
+{
+    if (out != nullptr) *out = host.lastError;
+    return PA_OK;
+}
+
+int32_t pa_sim_stats_get(pa_sim_stats *out)
+{
+    if (!host.hasStats) return PA_ERR_BAD_LAUNCH;
+    if (out != nullptr) *out = host.stats;
+    return PA_OK;
+}
+
+int32_t pa_sim_set_timeout_ms(int32_t ms)
+{
+    const int32_t old = TimeoutMs();
+    g_timeoutMs = ms;
+    return old;
+}
+
+double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps)
+{
+    const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
+    const size_t words = std::max<uint64_t>(bytes / sizeof(uint64_t), n);
+    std::vector<uint64_t> buf(words, 1);
+    std::vector<uint64_t> sums(n);
+    double best = 0.0;
+    for (int32_t rep = -1; rep < std::max(reps, 1); ++rep) { /* rep -1 warms the buffer */
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> pool;
+        for (unsigned i = 0; i < n; ++i) {
+            pool.emplace_back([&, i] {
+                const size_t lo = words * i / n, hi = words * (i + 1) / n;
+                uint64_t s = 0;
+                for (size_t j = lo; j < hi; ++j) s += buf[j];
+                sums[i] = s;
+            });
+        }
+        for (auto &t : pool) t.join();
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep >= 0 && sec > 0) best = std::max(best, double(words * sizeof(uint64_t)) / sec / 1e9);
+    }
+    return best;
+}
+
+}  // extern "C"

@@ -1,0 +1,247 @@
+"""Standalone check of the pto-isa kernel's CPU simulation (``build/lib/libpa_sim.so``) through ctypes.
+
+Each case runs in a child process (this file run as a script): a pto-isa on-chip overflow asserts and
+aborts, and that must fail one case, not the test session.  The child plans with the tiling planner,
+poisons output and workspace with NaN, launches, and compares against a float64 golden computed from the
+same fp16/bf16-rounded inputs, gathered through a shuffled block table over more pages than needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "build" / "lib" / "libpa_sim.so"
+CASE_TIMEOUT_S = 600
+EXTRA_PAGES = 7
+MESSAGE_BYTES = 256
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tiling import abi, plan_paged_attention  # noqa: E402
+
+
+class MockConfig(ctypes.Structure):
+    _fields_ = (
+        ("extent_bytes", ctypes.c_uint64 * abi.NUM_PTR_ARGS),
+        ("num_blocks", ctypes.c_int64),
+        ("checked", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+    )
+
+
+class MockError(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_int32), ("arg_slot", ctypes.c_int32), ("element_offset", ctypes.c_int64),
+        ("extent_elems", ctypes.c_int64), ("core", ctypes.c_int32), ("seq", ctypes.c_int32),
+        ("head", ctypes.c_int32), ("split", ctypes.c_int32), ("message", ctypes.c_char * MESSAGE_BYTES),
+    )
+
+
+class SimStats(ctypes.Structure):
+    _fields_ = (
+        ("gm_read_bytes", ctypes.c_uint64), ("gm_write_bytes", ctypes.c_uint64), ("kv_read_bytes", ctypes.c_uint64),
+        ("scratch_bytes", ctypes.c_uint64), ("partial_bytes", ctypes.c_uint64), ("handoffs", ctypes.c_uint64),
+        ("units", ctypes.c_uint64), ("tasks", ctypes.c_uint64), ("matmuls", ctypes.c_uint64),
+        ("peak_bytes", ctypes.c_uint32 * 5), ("capacity_bytes", ctypes.c_uint32 * 5),
+        ("block_dim", ctypes.c_uint32), ("threads", ctypes.c_uint32), ("wall_seconds", ctypes.c_double),
+    )
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns, round to nearest even."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def quantize(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(device array, its exact values as float64)."""
+    if dtype == "fp16":
+        dev = x.astype(np.float16)
+        return dev, dev.astype(np.float64)
+    bits = to_bf16_bits(x)
+    return bits, from_bf16_bits(bits).astype(np.float64)
+
+
+def golden(q: np.ndarray, k: np.ndarray, v: np.ndarray, table: np.ndarray, lens: list[int], scale: float,
+           block_size: int) -> np.ndarray:
+    num_heads = q.shape[1]
+    group = num_heads // k.shape[2]
+    out = np.zeros_like(q)
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        pages = table[b, : -(-n // block_size)]
+        kb = k[pages].reshape(-1, k.shape[2], k.shape[3])[:n]
+        vb = v[pages].reshape(-1, v.shape[2], v.shape[3])[:n]
+        for h in range(num_heads):
+            s = kb[:, h // group] @ q[b, h] * scale
+            p = np.exp(s - s.max())
+            out[b, h] = p @ vb[:, h // group] / p.sum()
+    return out
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """Child-process body: plan, launch once, compare.  Returns figures for the parent."""
+    rng = np.random.default_rng(case.get("seed", 0))
+    lens, hq, hkv, d, bs = case["lens"], case["hq"], case["hkv"], case["d"], case["bs"]
+    dtype, batch = case["dtype"], len(case["lens"])
+    max_pages = max(1, max(-(-n // bs) for n in lens)) + 1
+    num_blocks = sum(-(-n // bs) for n in lens) + EXTRA_PAGES
+    scale = 1.0 / np.sqrt(d)
+    plan = plan_paged_attention(
+        np.array(lens, dtype=np.int32), num_heads=hq, num_kv_heads=hkv, head_dim=d, block_size=bs,
+        max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype,
+        core_count=case.get("cores", 4), strategy=case.get("strategy", "auto"),
+    )
+    q_dev, q64 = quantize(rng.standard_normal((batch, hq, d)), dtype)
+    k_dev, k64 = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
+    v_dev, v64 = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
+    table = np.full((batch, max_pages), -1, dtype=np.int32)
+    ids = rng.permutation(num_blocks).astype(np.int32)
+    used = 0
+    for b, n in enumerate(lens):
+        pages = -(-n // bs)
+        table[b, :pages] = ids[used : used + pages]
+        used += pages
+    if case.get("bad_block_id"):
+        table[lens.index(next(n for n in lens if n > 0)), 0] = num_blocks + 3
+    elem = np.float16 if dtype == "fp16" else np.uint16
+    out = np.full((batch, hq, d), np.nan, dtype=np.float32).astype(elem)
+    ws = plan.workspace
+    bufs = {
+        abi.ArgSlot.Q: q_dev, abi.ArgSlot.K: k_dev, abi.ArgSlot.V: v_dev, abi.ArgSlot.BLOCK_TABLES: table,
+        abi.ArgSlot.O: out, abi.ArgSlot.S: np.full(ws.s_bytes // 4, np.nan, np.float32),
+        abi.ArgSlot.P: np.full(ws.p_bytes // 2, 0xFFFF, np.uint16),
+        abi.ArgSlot.O_TMP: np.full(ws.o_tmp_bytes // 4, np.nan, np.float32),
+        abi.ArgSlot.TILING: np.array(plan.tiling, dtype=np.uint32),
+    }
+    if ws.o_core_bytes:
+        shrink = case.get("shrink_o_core", 0)
+        bufs[abi.ArgSlot.O_CORE] = np.full(ws.o_core_bytes // 4 - shrink, np.nan, np.float32)
+        bufs[abi.ArgSlot.L] = np.full(ws.l_bytes // 4, np.nan, np.float32)
+    tiling = bufs[abi.ArgSlot.TILING]
+    if "force_key" in case:
+        tiling[abi.TilingWord.KEY] = case["force_key"]
+    if case.get("bad_gather") and batch > 1:
+        tiling[abi.batch_word(0, abi.BatchField.GATHER)] = tiling[abi.batch_word(1, abi.BatchField.GATHER)]
+    lib = ctypes.CDLL(str(LIB))
+    lib.call_kernel.restype = ctypes.c_int32
+    cfg = MockConfig()
+    ptrs: list[ctypes.c_void_p] = [ctypes.c_void_p(None)] * abi.NUM_PTR_ARGS
+    for slot, arr in bufs.items():
+        ptrs[int(slot)] = ctypes.c_void_p(arr.ctypes.data)
+        cfg.extent_bytes[int(slot)] = arr.nbytes
+    cfg.num_blocks, cfg.checked = num_blocks, 1
+    if not case.get("unbound"):
+        lib.pa_mock_bind(ctypes.byref(cfg))
+    rc = lib.call_kernel(ctypes.c_uint32(plan.block_dim), None, *ptrs)
+    err = MockError()
+    lib.pa_mock_last_error(ctypes.byref(err))
+    stats = SimStats()
+    lib.pa_sim_stats_get(ctypes.byref(stats))
+    result: dict[str, Any] = {
+        "rc": rc, "key": int(tiling[abi.TilingWord.KEY]), "block_dim": plan.block_dim, "kvcn": plan.kv_core_num,
+        "err": {"code": err.code, "slot": err.arg_slot, "offset": err.element_offset, "seq": err.seq,
+                "message": err.message.decode(errors="replace")},
+        "stats": {name: (list(getattr(stats, name)) if name.endswith("_bytes") and name.startswith(("peak", "cap"))
+                         else getattr(stats, name)) for name, _ in SimStats._fields_},
+    }
+    if rc == 0:
+        got = out.astype(np.float64) if dtype == "fp16" else from_bf16_bits(out).astype(np.float64)
+        ref = golden(q64, k64, v64, table, lens, scale, bs)
+        result["max_abs_err"] = float(np.nanmax(np.abs(got - ref))) if np.isfinite(got).all() else float("inf")
+        result["finite"] = bool(np.isfinite(got).all())
+    return result
+
+
+def run_in_child(case: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), json.dumps(case)],
+        capture_output=True, text=True, timeout=CASE_TIMEOUT_S, check=False, env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 0, f"simulation child failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+needs_sim = pytest.mark.skipif(not LIB.exists(), reason=f"{LIB} not built (bash kernel/npu/build_sim.sh)")
+
+TOLERANCE = {"fp16": 4e-3, "bf16": 3e-2}
+HANDOFFS_PER_UNIT = 4
+BASE = {"hq": 8, "hkv": 2, "d": 128, "bs": 128, "dtype": "fp16", "cores": 4}
+ACCURACY_CASES = {
+    "fp16_bn_ragged": {"lens": [1, 130, 300]},
+    "bf16_bn_ragged": {"lens": [77, 513, 16], "dtype": "bf16"},
+    "fp16_empty_small_pages": {"lens": [0, 17, 129, 40], "d": 64, "bs": 16},
+    "fp16_mqa_split_kv": {"lens": [700, 1500], "hkv": 1, "d": 64, "bs": 64, "strategy": "split_kv"},
+    "bf16_split_kv_empty": {"lens": [1100, 0, 333], "dtype": "bf16", "strategy": "split_kv", "seed": 3},
+    "fp16_split_block_mha": {"lens": [200, 129], "hq": 4, "hkv": 4, "d": 256, "bs": 128},
+    "bf16_split_block_split_kv": {"lens": [900, 260], "hq": 4, "hkv": 2, "d": 256, "bs": 256, "dtype": "bf16",
+                                  "strategy": "split_kv"},
+    "fp16_d80_bs256": {"lens": [600, 255], "hq": 6, "hkv": 3, "d": 80, "bs": 256},
+    # 24 cores as on a 910B: BN with a tail pass (24 former + 8 tail sequences, finer tail head split)
+    "fp16_24_cores_tail_pass": {"lens": [int(n) for n in np.random.default_rng(7).integers(1, 300, 32)], "hq": 32,
+                                "hkv": 8, "cores": 24},
+    "bf16_24_cores_long_split_kv": {"lens": [8192, 3000], "hq": 16, "hkv": 2, "dtype": "bf16", "cores": 24},
+}
+
+
+@needs_sim
+@pytest.mark.parametrize("name", sorted(ACCURACY_CASES))
+def test_sim_matches_float64_golden(name: str) -> None:
+    case = {**BASE, **ACCURACY_CASES[name]}
+    res = run_in_child(case)
+    assert res["rc"] == 0, res["err"]
+    assert res["finite"], "output holds NaN/inf (an unwritten row?)"
+    assert res["max_abs_err"] <= TOLERANCE[case["dtype"]], res
+    stats = res["stats"]
+    assert all(p <= c for p, c in zip(stats["peak_bytes"], stats["capacity_bytes"], strict=True)), stats
+    # per unit: S ready (cube), P ready (each of the two vector sub-cores), O_tmp ready (cube)
+    assert stats["handoffs"] == HANDOFFS_PER_UNIT * stats["units"], stats
+    if res["kvcn"] > 1:
+        assert res["key"] & abi.KEY_SPLIT_KV_BIT and stats["partial_bytes"] > 0
+
+
+NEGATIVE_CASES = {
+    "o_core_too_small": ({"lens": [700, 1500], "strategy": "split_kv", "shrink_o_core": 16},
+                         abi.ErrorCode.OUT_OF_BOUNDS, abi.ArgSlot.O_CORE),
+    "bad_block_id": ({"lens": [40, 300], "bad_block_id": True}, abi.ErrorCode.BAD_BLOCK_ID, abi.ArgSlot.BLOCK_TABLES),
+    "bad_gather": ({"lens": [40, 300], "bad_gather": True}, abi.ErrorCode.BAD_GATHER, abi.ArgSlot.TILING),
+    "bad_key": ({"lens": [40], "force_key": 2}, abi.ErrorCode.BAD_KEY, abi.ArgSlot.TILING),
+    "unbound": ({"lens": [40], "unbound": True}, abi.ErrorCode.BAD_LAUNCH, -1),
+}
+
+
+@needs_sim
+@pytest.mark.parametrize("name", sorted(NEGATIVE_CASES))
+def test_sim_reports_contract_violations(name: str) -> None:
+    overrides, code, slot = NEGATIVE_CASES[name]
+    res = run_in_child({**BASE, **overrides})
+    assert res["rc"] == int(code), res
+    assert res["err"]["code"] == int(code) and res["err"]["slot"] == int(slot), res
+
+
+@needs_sim
+def test_sim_deadlock_times_out_instead_of_hanging() -> None:
+    """A lost cube->vector signal (fault injection) must end the launch with PA_ERR_INTERNAL."""
+    res = run_in_child({**BASE, "lens": [300, 40]}, env={"PA_SIM_DROP_SIGNAL": "0", "PA_SIM_TIMEOUT_MS": "300"})
+    assert res["rc"] == int(abi.ErrorCode.INTERNAL), res
+    assert "deadlock" in res["err"]["message"], res
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_case(json.loads(sys.argv[1]))))
