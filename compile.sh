@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Build pa-kit's kernel libraries into build/lib/ and say what was built, skipped or failed, and why.
+#
+#   bash compile.sh            build what is out of date (idempotent: unchanged sources are not rebuilt)
+#   bash compile.sh --setup    first install what the project needs (torch CPU build if no torch imports,
+#                              then `pip install -e ".[test]"`), then build
+#   bash compile.sh --clean    remove build/
+#   bash compile.sh --force    rebuild even when up to date
+#
+# Libraries:
+#   libpa_mock.so  the mock NPU device (kernel/mock, gcc, portable flags; SIMD paths are chosen at run time)
+#   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
+#   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+BUILD_DIR="$ROOT/build"
+LIB_DIR="$BUILD_DIR/lib"
+CC="${CC:-gcc}"
+TORCH_PIN="torch==2.13.0"
+# Portable: the x86-64 (or aarch64) baseline only.  AVX2/AVX-512 code carries per-file target pragmas and
+# is dispatched at run time.  -ffp-contract=off keeps every SIMD path bitwise equal to the portable one.
+MOCK_CFLAGS=(-O3 -fPIC -shared -std=gnu11 -Wall -Wextra -ffp-contract=off -fno-math-errno
+             -fvisibility=hidden -pthread)
+MOCK_LIBS=(-lm)
+
+SUMMARY=()
+STATUS=0
+
+say() { printf 'compile.sh: %s\n' "$*"; }
+record() { SUMMARY+=("$1"); say "$1"; }
+
+python_bin() {
+    if command -v python >/dev/null 2>&1; then echo python; else echo python3; fi
+}
+
+setup() {
+    local py
+    py="$(python_bin)"
+    if TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" -c "import torch" >/dev/null 2>&1; then
+        say "setup: torch $(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" -c 'import torch; print(torch.__version__)') \
+already importable, kept"
+    else
+        say "setup: torch not importable, installing the CPU build ($TORCH_PIN)"
+        "$py" -m pip install "$TORCH_PIN"
+    fi
+    say "setup: pip install -e \".[test]\""
+    "$py" -m pip install -e "$ROOT[test]"
+}
+
+# A stamp of everything that determines the library: sources, headers, flags and compiler version.
+mock_stamp() {
+    {
+        "$CC" --version | head -n 1
+        printf '%s\n' "${MOCK_CFLAGS[@]}" "${MOCK_LIBS[@]}"
+        find "$ROOT/kernel/mock" "$ROOT/kernel/pa_kernel_abi.h" -type f \( -name '*.c' -o -name '*.h' \) \
+            -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s#$ROOT/##"
+    } | sha256sum | cut -d' ' -f1
+}
+
+build_mock() {
+    local out="$LIB_DIR/libpa_mock.so" stamp_file="$LIB_DIR/.libpa_mock.stamp" stamp
+    if ! command -v "$CC" >/dev/null 2>&1; then
+        record "mock device: FAILED ($CC not found; install gcc)"
+        STATUS=1
+        return
+    fi
+    stamp="$(mock_stamp)"
+    if [[ -z "${FORCE:-}" && -f "$out" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]]; then
+        record "mock device: skipped (build/lib/libpa_mock.so is up to date with kernel/mock)"
+        return
+    fi
+    mkdir -p "$LIB_DIR"
+    local tmp="$out.tmp.$$"
+    if "$CC" "${MOCK_CFLAGS[@]}" -I"$ROOT/kernel" -I"$ROOT/kernel/mock" "$ROOT"/kernel/mock/*.c -o "$tmp" \
+        "${MOCK_LIBS[@]}"; then
+        mv -f "$tmp" "$out"  # atomic: a process that has the old library mapped keeps a valid file
+        echo "$stamp" >"$stamp_file"
+        record "mock device: built build/lib/libpa_mock.so ($CC ${MOCK_CFLAGS[*]})"
+    else
+        rm -f "$tmp"
+        record "mock device: FAILED (gcc error above)"
+        STATUS=1
+    fi
+}
+
+build_sim() {
+    local script="$ROOT/kernel/npu/build_sim.sh"
+    if [[ ! -f "$script" ]]; then
+        record "NPU kernel simulation: skipped (kernel/npu/build_sim.sh not present)"
+        return
+    fi
+    if bash "$script" build; then
+        record "NPU kernel simulation: kernel/npu/build_sim.sh build succeeded"
+    else
+        record "NPU kernel simulation: FAILED (kernel/npu/build_sim.sh build exited $?)"
+        STATUS=1
+    fi
+}
+
+build_npu() {
+    local compiler=""
+    compiler="$(command -v bisheng || command -v ccec || true)"
+    if [[ -z "$compiler" ]]; then
+        record "NPU kernel: skipped (CANN compiler not found)"
+        return
+    fi
+    local script="$ROOT/kernel/npu/build_npu.sh"
+    if [[ ! -f "$script" ]]; then
+        record "NPU kernel: skipped (CANN compiler $compiler found, but kernel/npu/build_npu.sh not present)"
+        return
+    fi
+    if bash "$script"; then
+        record "NPU kernel: kernel/npu/build_npu.sh succeeded ($compiler)"
+    else
+        record "NPU kernel: FAILED (kernel/npu/build_npu.sh exited $?)"
+        STATUS=1
+    fi
+}
+
+main() {
+    local do_setup="" arg
+    for arg in "$@"; do
+        case "$arg" in
+            --setup) do_setup=1 ;;
+            --clean)
+                rm -rf "$BUILD_DIR"
+                say "removed build/"
+                return 0
+                ;;
+            --force) FORCE=1 ;;
+            -h | --help)
+                sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+                return 0
+                ;;
+            *)
+                say "unknown option $arg (use --setup, --clean, --force or --help)"
+                return 2
+                ;;
+        esac
+    done
+    cd "$ROOT"
+    if [[ -n "$do_setup" ]]; then
+        setup
+    fi
+    build_mock
+    build_sim
+    build_npu
+    say "summary:"
+    printf '  %s\n' "${SUMMARY[@]}"
+    return "$STATUS"
+}
+
+main "$@"
