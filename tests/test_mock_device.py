@@ -1,0 +1,559 @@
+"""The mock NPU device, driven through ctypes directly (no launcher): numerics against a float64 golden,
+faithfulness of the scratch round trip, determinism, and every contract check with its error record.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+import mock_harness as h
+import numpy as np
+import pytest
+
+from launcher import mock_api
+from tiling import Task, abi, enumerate_tasks
+
+Slot = abi.ArgSlot
+Word = abi.TilingWord
+Field = abi.BatchField
+Err = abi.ErrorCode
+#: |mock - float64 golden| <= ATOL + RTOL * |golden|: P and the output are rounded to the input dtype once each
+#: (relative 2^-11 for fp16, 2^-8 for bf16), and outputs are averages of unit-variance values.
+TOLERANCE = {"fp16": (2e-3, 4e-3), "bf16": (1.6e-2, 1.6e-2)}
+
+
+@pytest.fixture(scope="module")
+def lib() -> ctypes.CDLL:
+    assert h.MOCK_LIBRARY.is_file(), f"{h.MOCK_LIBRARY} is not built: run `bash compile.sh`"
+    return h.load_mock()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261122)
+
+
+def assert_close(case: h.Case, out: np.ndarray) -> None:
+    got = h.from_bits(out, case.dtype)
+    want = h.golden(case)
+    assert np.isfinite(got).all(), "output holds NaN/inf: a row was not written or read poisoned scratch"
+    atol, rtol = TOLERANCE[case.dtype]
+    excess = np.abs(got - want) - (atol + rtol * np.abs(want))
+    worst = np.unravel_index(np.argmax(excess), excess.shape)
+    assert excess.max() <= 0, f"mismatch at {worst}: got {got[worst]}, want {want[worst]}"
+    for b, n in enumerate(case.lens):
+        if n == 0:
+            assert not out[b].any(), f"empty sequence {b} must give an all-zero row"
+
+
+# ---- exports --------------------------------------------------------------------------------------------
+
+def test_exports(lib: ctypes.CDLL) -> None:
+    assert lib.pa_abi_version() == abi.ABI_VERSION
+    assert lib.pa_supported_keys() == abi.SUPPORTED_KEYS_ALL
+    assert mock_api.struct_layout_matches(lib), (mock_api.python_layout(), mock_api.c_layout(lib))
+    assert lib.call_kernel_noop(0, None, *([None] * abi.NUM_PTR_ARGS)) == 0
+    assert lib.pa_mock_isa_available(mock_api.Isa.PORTABLE) == 1
+    assert lib.pa_mock_isa_available(lib.pa_mock_best_isa()) == 1
+    assert lib.pa_mock_isa_available(99) == 0
+
+
+def test_layout_mirror_detects_a_wrong_struct(lib: ctypes.CDLL) -> None:
+    """Negative control for the layout check: a mirror missing a field does not match."""
+    layout = mock_api.python_layout()
+    layout[0] -= 8
+    assert layout != mock_api.c_layout(lib)
+
+
+def test_read_bandwidth_is_positive(lib: ctypes.CDLL) -> None:
+    assert lib.pa_mock_read_bandwidth_gbs(1 << 22, 1, 2) > 0.1
+
+
+# ---- numerics -------------------------------------------------------------------------------------------
+
+SHAPES = [
+    # lens, Hq, Hkv, D, bs: ragged (0, 1, bs-1, bs+1, not multiples of 16), GQA / MQA / MHA, two-page tiles
+    ([0, 1, 15, 17, 300, 129], 8, 2, 64, 16),
+    ([1000, 77, 0, 128], 32, 8, 128, 128),
+    ([2000, 3], 16, 1, 80, 64),
+    ([511, 513], 4, 4, 96, 32),
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("strategy", ["bn", "split_kv"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"b{len(s[0])}-h{s[1]}/{s[2]}-d{s[3]}-bs{s[4]}")
+def test_matches_golden(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, strategy: str, shape) -> None:
+    lens, hq, hkv, d, bs = shape
+    case = h.make_case(rng, lens, num_heads=hq, num_kv_heads=hkv, head_dim=d, block_size=bs, dtype=dtype,
+                       strategy=strategy)
+    assert case.plan.strategy == strategy
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("strategy", ["bn", "split_kv"])
+def test_split_block_keys(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, strategy: str) -> None:
+    """D = 256 with 128-token pages: the tile is the page (split-block keys 128/129/144/145)."""
+    case = h.make_case(rng, [300, 0, 129], num_heads=8, num_kv_heads=2, head_dim=256, block_size=128, dtype=dtype,
+                       strategy=strategy)
+    assert case.plan.key & abi.KEY_SPLIT_BLOCK_BIT
+    assert bool(case.plan.key & abi.KEY_SPLIT_KV_BIT) == (strategy == "split_kv")
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
+def test_split_block_tile_smaller_than_page(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """A 512-token page cut into 128-token tiles (bs * D beyond the tile limit)."""
+    case = h.make_case(rng, [1100, 40], num_heads=4, num_kv_heads=1, head_dim=64, block_size=512)
+    assert case.plan.key & abi.KEY_SPLIT_BLOCK_BIT and case.plan.tile_tokens < 512
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
+def test_all_empty_batch_gives_zero_rows(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [0, 0, 0], num_heads=4, num_kv_heads=2, head_dim=32, block_size=16)
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert not run.out.any()
+
+
+def test_golden_check_catches_a_wrong_scale(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Negative control for the tolerance: a 1 % wrong scale in the tiling must fail the comparison."""
+    case = h.make_case(rng, [700, 90], num_heads=8, num_kv_heads=2, head_dim=64, block_size=64, value_scale=2.0)
+    tiling = case.plan.tiling.copy()
+    tiling[Word.TOR] = np.float32(case.scale * 1.01).view(np.uint32)
+    run = h.launch(lib, case, tiling=tiling)
+    assert run.code == 0
+    with pytest.raises(AssertionError, match="mismatch"):
+        assert_close(case, run.out)
+
+
+# ---- faithfulness of the scratch round trip -------------------------------------------------------------
+
+def test_scratch_holds_the_last_tile_at_kernel_strides(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """One core, one task: S, P and O_tile of the last tile sit at block_idx 0, half (tiles-1)&1, row*round16."""
+    hq, d, bs, n = 4, 32, 16, 40  # three 32-token tiles (2 pages each), the last one 8 tokens wide
+    case = h.make_case(rng, [n], num_heads=hq, num_kv_heads=1, head_dim=d, block_size=bs)
+    case.plan = h.plan_paged_attention([n], num_heads=hq, num_kv_heads=1, head_dim=d, block_size=bs,
+                                       max_pages=case.block_table.shape[1], num_blocks=case.k.shape[0],
+                                       scale=case.scale, core_count=1, strategy="bn")
+    assert case.plan.block_dim == 1 and case.plan.split.former_head == hq and case.plan.tile_tokens == 2 * bs
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    tiles = math.ceil(n / case.plan.tile_tokens)
+    last = n - (tiles - 1) * case.plan.tile_tokens
+    cols = -(-last // abi.TILE_ALIGN_TOKENS) * abi.TILE_ALIGN_TOKENS
+    half = (tiles - 1) & 1
+    s = run.buffers[Slot.S][half * abi.S_HALF_ELEMS:][: hq * cols].reshape(hq, cols)
+    p = h.from_bits(run.buffers[Slot.P][half * abi.P_HALF_ELEMS:][: hq * cols].reshape(hq, cols), "fp16")
+    o_tile = run.buffers[Slot.O_TMP][half * abi.O_TMP_HALF_ELEMS:][: hq * d].reshape(hq, d)
+    ids = case.block_table[0, : math.ceil(n / bs)]
+    k = h.from_bits(case.k, "fp16")[ids].reshape(-1, d)[n - last:n]
+    v = h.from_bits(case.v, "fp16")[ids].reshape(-1, d)[n - last:n]
+    q = h.from_bits(case.q[0], "fp16")
+    np.testing.assert_allclose(s[:, :last], q @ k.T, rtol=1e-5, atol=1e-4)
+    assert (p[:, last:] == 0).all(), "P padding columns must be zero"
+    assert ((p[:, :last] > 0) & (p[:, :last] <= 1)).all(), "P = exp(S*tor - running max) lies in (0, 1]"
+    np.testing.assert_allclose(o_tile, p[:, :last] @ v, rtol=1e-5, atol=1e-5)
+    other = run.buffers[Slot.S][(1 - half) * abi.S_HALF_ELEMS:][: hq * 2 * bs]
+    assert np.isfinite(other).all(), "the previous tile used the other half"
+
+
+def test_cores_stay_in_their_scratch_regions(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Scratch one core larger than the plan, poisoned: the spare region stays untouched."""
+    case = h.make_case(rng, [300, 200, 100, 50], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32)
+    buffers = h.workspace(case)
+    strides = {Slot.S: abi.S_CORE_STRIDE_ELEMS, Slot.P: abi.P_CORE_STRIDE_ELEMS,
+               Slot.O_TMP: abi.O_TMP_CORE_STRIDE_ELEMS}
+    poison = {}
+    for slot, stride in strides.items():
+        buffers[slot] = np.concatenate([buffers[slot], buffers[slot][:stride]])
+        poison[slot] = buffers[slot][-stride:].copy()
+    run = h.launch(lib, case, buffers=buffers)
+    assert run.code == 0, run.error.message
+    for slot, stride in strides.items():
+        spare = buffers[slot][-stride:]
+        assert np.array_equal(spare.view(np.uint8), poison[slot].view(np.uint8)), f"{slot.name} beyond block_dim"
+        used = buffers[slot][: case.plan.block_dim * stride].reshape(case.plan.block_dim, stride)
+        written = ~np.isnan(used) if used.dtype == np.float32 else used != h.FP16_NAN
+        assert written.any(axis=1).all(), f"every launched core wrote its {slot.name} region"
+    assert_close(case, run.out)
+
+
+# ---- determinism ----------------------------------------------------------------------------------------
+
+def test_bitwise_same_for_any_thread_count(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    for strategy in ("bn", "split_kv"):
+        case = h.make_case(rng, [900, 33, 0, 400, 257], num_heads=16, num_kv_heads=4, head_dim=64, block_size=64,
+                           dtype="bf16", strategy=strategy)
+        outs = []
+        for threads in (1, 2, 3, 0):
+            run = h.launch(lib, case, threads=threads)
+            assert run.code == 0, run.error.message
+            outs.append(run.out.copy())
+        assert all(np.array_equal(outs[0], o) for o in outs[1:]), strategy
+
+
+def test_bitwise_same_for_every_simd_path(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Large scores make P span fp16 subnormals and bf16's range; every path must agree bit for bit."""
+    paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
+    for dtype in ("fp16", "bf16"):
+        for d in (64, 40):
+            case = h.make_case(rng, [333, 64, 5], num_heads=8, num_kv_heads=2, head_dim=d if d % 16 == 0 else 48,
+                               block_size=16, dtype=dtype, value_scale=3.0, strategy="split_kv")
+            if d % 16:
+                case = with_head_dim(rng, case, d)
+            results = [h.launch(lib, case, isa=isa) for isa in paths]
+            assert all(r.code == 0 for r in results)
+            base = results[0]
+            for r in results[1:]:
+                assert np.array_equal(base.out, r.out), (dtype, d)
+                assert np.array_equal(base.buffers[Slot.P], r.buffers[Slot.P]), (dtype, d)
+                assert np.array_equal(base.buffers[Slot.L], r.buffers[Slot.L], equal_nan=True), (dtype, d)
+
+
+def with_head_dim(rng: np.random.Generator, case: h.Case, d: int) -> h.Case:
+    """The case re-made with a head_dim the planner refuses (not a multiple of 16): the mock supports any
+    D <= 256 through its portable path, so the plan's D-dependent words are patched by hand."""
+    old = case.head_dim
+    assert case.plan.tile_tokens * old <= abi.TILE_ELEMS_LIMIT
+    q = h.to_bits(rng.standard_normal((*case.q.shape[:2], d)) * 3.0, case.dtype)
+    k = h.to_bits(rng.standard_normal((*case.k.shape[:3], d)) * 3.0, case.dtype)
+    v = h.to_bits(rng.standard_normal((*case.v.shape[:3], d)), case.dtype)
+    tiling = case.plan.tiling.copy()
+    for word in (Word.HEADDIM, Word.HEADDIM_V, Word.HEADDIM_K_SPLIT, Word.HEADDIM_V_SPLIT,
+                 Word.HEADDIM_V_SPLIT_VECTOR_FORMER, Word.HEADDIM_V_SPLIT_VECTOR_TAIL):
+        tiling[word] = d
+    for s in range(len(case.lens)):
+        for hi, lo in ((Field.ADDR_Q_HI, Field.ADDR_Q_LO), (Field.ADDR_O_HI, Field.ADDR_O_LO),
+                       (Field.ADDR_OFD_HI, Field.ADDR_OFD_LO)):
+            set_pair(tiling, s, hi, lo, get_pair(tiling, s, hi, lo) // old * d)
+    tiling.setflags(write=False)
+    ws = case.plan.workspace
+    plan = dataclasses.replace(case.plan, tiling=tiling, head_dim=d,
+                               workspace=dataclasses.replace(ws, o_core_bytes=ws.o_core_bytes // old * d))
+    return dataclasses.replace(case, head_dim=d, q=q, k=k, v=v, plan=plan)
+
+
+def test_head_dim_not_a_multiple_of_16(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    for strategy in ("bn", "split_kv"):
+        base = h.make_case(rng, [300, 0, 17], num_heads=4, num_kv_heads=2, head_dim=48, block_size=16,
+                           strategy=strategy)
+        case = with_head_dim(rng, base, 40)
+        run = h.launch(lib, case)
+        assert run.code == 0, run.error.message
+        assert_close(case, run.out)
+
+
+def test_checked_and_unchecked_agree(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [650, 1, 129], num_heads=8, num_kv_heads=8, head_dim=128, block_size=128)
+    a = h.launch(lib, case, checked=True)
+    b = h.launch(lib, case, checked=False)
+    assert a.code == b.code == 0
+    assert np.array_equal(a.out, b.out)
+
+
+def test_binding_is_per_thread(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """A thread that never called pa_mock_bind cannot launch, whatever other threads bound."""
+    case = h.make_case(rng, [20], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16)
+    assert h.launch(lib, case).code == 0
+    result: dict[str, object] = {}
+
+    def unbound() -> None:
+        ws = h.workspace(case)
+        ptrs = [None] * abi.NUM_PTR_ARGS
+        for slot, array in {Slot.Q: case.q, Slot.K: case.k, Slot.V: case.v, Slot.BLOCK_TABLES: case.block_table,
+                            Slot.TILING: case.plan.tiling, **ws}.items():
+            ptrs[slot] = array.ctypes.data if array.size else None
+        result["code"] = lib.call_kernel(case.plan.block_dim, None, *ptrs)
+        result["error"] = mock_api.last_error(lib)
+
+    worker = threading.Thread(target=unbound)
+    worker.start()
+    worker.join()
+    assert result["code"] == Err.BAD_LAUNCH
+    assert b"pa_mock_bind" in result["error"].message
+
+
+# ---- contract checks: negative controls ------------------------------------------------------------------
+
+def expect(run: h.Launch, code: Err, slot: Slot | None = None, **fields: int) -> mock_api.MockError:
+    e = run.error
+    assert run.code == code, f"expected {code.name}, got {run.code}: {e.message.decode()}"
+    assert e.code == code
+    if slot is not None:
+        assert e.arg_slot == slot, f"arg slot {e.arg_slot}, expected {slot.name}: {e.message.decode()}"
+    for name, value in fields.items():
+        assert getattr(e, name) == value, f"{name} = {getattr(e, name)}, expected {value}: {e.message.decode()}"
+    return e
+
+
+def set_pair(tiling: np.ndarray, slot: int, hi: Field, lo: Field, value: int) -> None:
+    tiling[abi.batch_word(slot, hi)] = value >> 32
+    tiling[abi.batch_word(slot, lo)] = value & 0xFFFFFFFF
+
+
+def get_pair(tiling: np.ndarray, slot: int, hi: Field, lo: Field) -> int:
+    return int(tiling[abi.batch_word(slot, hi)]) << 32 | int(tiling[abi.batch_word(slot, lo)])
+
+
+def first_failing(case: h.Case, fails: Callable[[Task], bool]) -> Task:
+    """The task the device must report: the first failing task of the lowest failing core."""
+    by_core: dict[int, list[Task]] = defaultdict(list)
+    for task in enumerate_tasks(case.plan.tiling, case.plan.block_dim):
+        by_core[task.core].append(task)
+    for core in sorted(by_core):
+        for task in by_core[core]:
+            if fails(task):
+                return task
+    raise AssertionError("no task fails")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_byte_offsets_in_addr_q(lib: ctypes.CDLL, rng: np.random.Generator, threads: int) -> None:
+    case = h.make_case(rng, [100, 300, 50, 0, 210, 64], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32)
+    tiling = case.plan.tiling.copy()
+    for s in range(len(case.lens)):
+        set_pair(tiling, s, Field.ADDR_Q_HI, Field.ADDR_Q_LO, 2 * get_pair(tiling, s, Field.ADDR_Q_HI, Field.ADDR_Q_LO))
+    d = case.head_dim
+
+    def fails(t: Task) -> bool:
+        return 2 * t.slot * case.num_heads * d + (t.head_start + t.head_count) * d > case.q.size
+
+    task = first_failing(case, fails)
+    run = h.launch(lib, case, tiling=tiling, threads=threads)
+    e = expect(run, Err.OUT_OF_BOUNDS, Slot.Q, core=task.core, seq=task.slot, head=task.head_start,
+               split=task.split, extent_elems=case.q.size)
+    assert e.element_offset >= case.q.size
+
+
+def test_byte_offsets_in_addr_o(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [100, 300, 50], num_heads=4, num_kv_heads=4, head_dim=32, block_size=16)
+    tiling = case.plan.tiling.copy()
+    for s in range(len(case.lens)):
+        set_pair(tiling, s, Field.ADDR_O_HI, Field.ADDR_O_LO, 2 * get_pair(tiling, s, Field.ADDR_O_HI, Field.ADDR_O_LO))
+    e = expect(h.launch(lib, case, tiling=tiling), Err.OUT_OF_BOUNDS, Slot.O, extent_elems=case.q.size)
+    assert e.seq == 2 and e.core >= 0
+
+
+def test_undersized_o_core(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """o_core sized per core without the batch dimension (the upstream port's bug)."""
+    case = h.make_case(rng, [4000, 3000, 2500], num_heads=8, num_kv_heads=2, head_dim=64, block_size=64,
+                       strategy="split_kv")
+    plan = case.plan
+    assert plan.kv_core_num > 1
+    too_small = plan.num_heads * plan.kv_core_num * plan.head_dim * 4
+    run = h.launch(lib, case, extents={Slot.O_CORE: too_small})
+    e = expect(run, Err.OUT_OF_BOUNDS, Slot.O_CORE, extent_elems=too_small // 4)
+    assert e.element_offset >= too_small // 4 and e.core >= 0 and e.split >= 0 and e.seq > 0
+
+
+def test_undersized_l(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [600, 900], num_heads=4, num_kv_heads=2, head_dim=32, block_size=32, strategy="split_kv")
+    short = case.plan.workspace.l_bytes - 4
+    expect(h.launch(lib, case, extents={Slot.L: short}), Err.OUT_OF_BOUNDS, Slot.L, extent_elems=short // 4)
+
+
+@pytest.mark.parametrize("how", ["duplicate", "out_of_range"])
+def test_bad_gather_map(lib: ctypes.CDLL, rng: np.random.Generator, how: str) -> None:
+    case = h.make_case(rng, [10, 20, 30, 40], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16)
+    tiling = case.plan.tiling.copy()
+    word = abi.batch_word(2, Field.GATHER)
+    tiling[word] = tiling[abi.batch_word(0, Field.GATHER)] if how == "duplicate" else 4
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_GATHER, Slot.TILING, element_offset=word, seq=2)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("bad_id", ["num_blocks", "negative"])
+def test_bad_block_id(lib: ctypes.CDLL, rng: np.random.Generator, checked: bool, bad_id: str) -> None:
+    case = h.make_case(rng, [100, 300, 50], num_heads=4, num_kv_heads=2, head_dim=32, block_size=32)
+    case.block_table[1, 5] = case.k.shape[0] if bad_id == "num_blocks" else -7
+    e = expect(h.launch(lib, case, checked=checked), Err.BAD_BLOCK_ID, Slot.BLOCK_TABLES,
+               element_offset=1 * case.block_table.shape[1] + 5, seq=1)
+    assert e.core >= 0
+
+
+def test_junk_past_the_last_page_is_ignored(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [33, 64], num_heads=2, num_kv_heads=1, head_dim=16, block_size=32, spare_columns=3)
+    case.block_table[0, 2:] = 2**31 - 1
+    case.block_table[1, 2:] = -(2**31)
+    run = h.launch(lib, case, checked=False)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
+@pytest.mark.parametrize("key", [2, 32, 64, 130, 255, 0xFFFFFFFF])
+def test_invalid_key(lib: ctypes.CDLL, rng: np.random.Generator, key: int) -> None:
+    case = h.make_case(rng, [20], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16)
+    tiling = case.plan.tiling.copy()
+    tiling[Word.KEY] = key
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_KEY, Slot.TILING, element_offset=Word.KEY)
+
+
+def test_key_decides_the_dtype(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """fp16 data under a bf16 key is read as bf16: the result is wrong, not an error (dtype comes from the key)."""
+    case = h.make_case(rng, [64], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16, strategy="bn")
+    assert case.plan.key == abi.TilingKey.FP16
+    tiling = case.plan.tiling.copy()
+    tiling[Word.KEY] = abi.TilingKey.BF16
+    run = h.launch(lib, case, tiling=tiling)
+    assert run.code == 0
+    with pytest.raises(AssertionError):
+        assert_close(case, run.out)
+
+
+@pytest.mark.parametrize("slot", [Slot.Q, Slot.K, Slot.V, Slot.BLOCK_TABLES, Slot.O, Slot.S, Slot.P, Slot.O_TMP])
+def test_null_pointer(lib: ctypes.CDLL, rng: np.random.Generator, slot: Slot) -> None:
+    case = h.make_case(rng, [20], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16)
+    expect(h.launch(lib, case, pointers={slot: None}), Err.NULL_POINTER, slot)
+
+
+def test_split_kv_needs_o_core_and_l(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    split = h.make_case(rng, [600], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16, strategy="split_kv")
+    assert split.plan.kv_core_num > 1
+    expect(h.launch(lib, split, pointers={Slot.L: None}), Err.NULL_POINTER, Slot.L)
+    bn = h.make_case(rng, [600], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16, strategy="bn")
+    assert h.launch(lib, bn, pointers={Slot.O_CORE: None, Slot.L: None}).code == 0
+
+
+def test_mask_pointer_must_be_null(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [20], num_heads=2, num_kv_heads=1, head_dim=16, block_size=16)
+    dummy = np.zeros(1, dtype=np.uint8)
+    expect(h.launch(lib, case, pointers={Slot.MASK: dummy.ctypes.data}), Err.NULL_POINTER, Slot.MASK)
+
+
+def _tiling_case(rng: np.random.Generator, strategy: str = "bn") -> h.Case:
+    return h.make_case(rng, [300, 40, 0, 129], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32,
+                       strategy=strategy)
+
+
+# (word, new value or function of the tiling, strategy) -> BAD_TILING naming that word
+HEADER_CORRUPTIONS = {
+    "headsize": (Word.HEADSIZE, 45, "bn"),
+    "parasize": (Word.PARASIZE, 16, "bn"),
+    "prefill_bs": (Word.PREFILL_BS, 1, "bn"),
+    "mask_max_len": (Word.MASK_MAX_LEN, 128, "bn"),
+    "scaletype": (Word.SCALETYPE, 2, "bn"),
+    "batch": (Word.BATCH, 5, "bn"),
+    "numblocks": (Word.NUMBLOCKS, lambda t: t[Word.NUMBLOCKS] + 1, "bn"),
+    "kv_heads_not_dividing": (Word.KVHEADS, 3, "bn"),
+    "groupnum": (Word.GROUPNUM, 2, "bn"),
+    "dv": (Word.HEADDIM_V, 32, "bn"),
+    "tor_nan": (Word.TOR, np.float32(np.nan).view(np.uint32), "bn"),
+    "former_tail_sum": (Word.FORMER_BATCH, 3, "bn"),
+    "head_split_over_limit": (Word.FORMER_HEAD, 9, "bn"),
+    "group_move_straddles": (Word.FORMER_GROUP_MOVE, 3, "bn"),
+    "tile_not_page_multiple": (Word.BLOCKSIZE_CALC, 16, "bn"),
+    "tile_over_l1": (Word.BLOCKSIZE_CALC, 512, "bn"),
+    "kvsplit_not_page_multiple": (Word.KVSPLIT, lambda t: t[Word.KVSPLIT] + 8, "split_kv"),
+    "kvcn_inconsistent": (Word.KVCORENUM, lambda t: t[Word.KVCORENUM] + 1, "split_kv"),
+    "kvcn_without_split_key": (Word.KVCORENUM, 2, "bn"),
+    "kvcn_over_combine_limit": (Word.KVCORENUM, 200, "split_kv"),
+    "tail_in_split_kv": (Word.TAIL_BATCH, lambda t: _move_to_tail(t, 1), "split_kv"),
+}
+
+
+def _move_to_tail(tiling: np.ndarray, batches: int) -> int:
+    """A consistent tail pass of ``batches`` sequences (returns the new TAIL_BATCH word)."""
+    tiling[Word.FORMER_BATCH] -= batches
+    tiling[Word.TAIL_HEAD] = tiling[Word.FORMER_HEAD]
+    tiling[Word.TAIL_GROUP_MOVE] = tiling[Word.FORMER_GROUP_MOVE]
+    return batches
+
+
+@pytest.mark.parametrize("name", sorted(HEADER_CORRUPTIONS))
+def test_corrupted_header_word(lib: ctypes.CDLL, rng: np.random.Generator, name: str) -> None:
+    word, value, strategy = HEADER_CORRUPTIONS[name]
+    case = _tiling_case(rng, strategy)
+    tiling = case.plan.tiling.copy()
+    tiling[word] = value(tiling) if callable(value) else value
+    e = expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=word)
+    assert e.message
+
+
+def test_scratch_half_overflow(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """32 heads x a 1024-token tile do not fit one S half (16384 floats), though the tile rule holds."""
+    case = h.make_case(rng, [2048], num_heads=32, num_kv_heads=32, head_dim=16, block_size=512, strategy="bn")
+    tiling = case.plan.tiling.copy()
+    tiling[Word.FORMER_HEAD] = 32
+    tiling[Word.FORMER_GROUP_MOVE] = 1
+    tiling[Word.BLOCKSIZE_CALC] = 1024
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=Word.BLOCKSIZE_CALC)
+
+
+def test_context_longer_than_the_table_row(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = _tiling_case(rng)
+    tiling = case.plan.tiling.copy()
+    tiling[abi.batch_word(1, Field.KV_SEQLEN)] = case.block_table.shape[1] * case.block_size + 1
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING,
+           element_offset=abi.batch_word(1, Field.KV_SEQLEN), seq=1)
+
+
+def test_tiling_shorter_than_its_batch(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = _tiling_case(rng)
+    words = abi.tiling_words(len(case.lens))
+    expect(h.launch(lib, case, extents={Slot.TILING: (words - 1) * 4}), Err.OUT_OF_BOUNDS, Slot.TILING,
+           extent_elems=words - 1)
+
+
+@pytest.mark.parametrize("slot", [Slot.S, Slot.P, Slot.O_TMP])
+def test_block_dim_beyond_scratch(lib: ctypes.CDLL, rng: np.random.Generator, slot: Slot) -> None:
+    case = _tiling_case(rng)
+    assert h.launch(lib, case, block_dim=case.plan.block_dim + 1).code == Err.BAD_LAUNCH
+    short = {Slot.S: case.plan.workspace.s_bytes, Slot.P: case.plan.workspace.p_bytes,
+             Slot.O_TMP: case.plan.workspace.o_tmp_bytes}[slot] - 4
+    expect(h.launch(lib, case, extents={slot: short}), Err.BAD_LAUNCH, slot)
+
+
+def test_block_dim_zero(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    expect(h.launch(lib, _tiling_case(rng), block_dim=0), Err.BAD_LAUNCH)
+
+
+def test_fewer_cores_than_planned_is_still_correct(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Round-robin task loops need no particular block_dim: 5 cores run a 24-core plan's tasks."""
+    case = _tiling_case(rng, "split_kv")
+    run = h.launch(lib, case, block_dim=5)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
+@pytest.mark.parametrize("slot", [Slot.Q, Slot.K, Slot.V, Slot.O])
+def test_undersized_input_extent(lib: ctypes.CDLL, rng: np.random.Generator, slot: Slot) -> None:
+    """One element short: checked mode reports the buffer; unchecked mode trusts q/o offsets but not K/V."""
+    case = _tiling_case(rng)
+    nbytes = {Slot.Q: case.q.nbytes, Slot.K: case.k.nbytes, Slot.V: case.v.nbytes, Slot.O: case.q.nbytes}[slot]
+    case.block_table[0, 0] = case.k.shape[0] - 1  # the last page is used, so a short K/V is reached
+    e = expect(h.launch(lib, case, extents={slot: nbytes - 2}), Err.OUT_OF_BOUNDS, slot, extent_elems=nbytes // 2 - 1)
+    assert e.core >= 0
+    unchecked = h.launch(lib, case, extents={slot: nbytes - 2}, checked=False)
+    if slot in (Slot.K, Slot.V):
+        expect(unchecked, Err.OUT_OF_BOUNDS, slot, core=-1)
+    else:
+        assert unchecked.code == 0
+
+
+def test_num_blocks_must_be_bound(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    expect(h.launch(lib, _tiling_case(rng), num_blocks=0), Err.BAD_LAUNCH)
+
+
+def test_errors_are_deterministic(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [700, 900, 1200, 300], num_heads=8, num_kv_heads=2, head_dim=64, block_size=64,
+                       strategy="split_kv")
+    short = case.plan.workspace.o_core_bytes // 3
+    records = []
+    for threads in (1, 2, 4, 1, 2):
+        run = h.launch(lib, case, threads=threads, extents={Slot.O_CORE: short})
+        assert run.code == Err.OUT_OF_BOUNDS
+        e = run.error
+        records.append((e.arg_slot, e.element_offset, e.core, e.seq, e.head, e.split, e.message))
+    assert len(set(records)) == 1, records
