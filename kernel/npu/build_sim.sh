@@ -3,9 +3,9 @@
 #
 #   bash kernel/npu/build_sim.sh [build_dir]
 #
-# 1. Fetches pto-isa's headers from the registry package that carries them (tilelang-ascend, pinned by
-#    version and sha256) into <build_dir>/third_party/pto-isa; never committed.  pto-isa is under the CANN
-#    Open Software License v2 (use with Huawei AI processors): we build and test a kernel for Ascend.
+# 1. Fetches pto-isa's headers (fetch_pto_isa.sh: tilelang-ascend 0.1.4, sha256-pinned) into
+#    <build_dir>/third_party/pto-isa; never committed.  pto-isa is under the CANN Open Software License v2
+#    (use with Huawei AI processors): we build and test a kernel for Ascend.
 # 2. Installs clang-19 with apt-get when it is missing and apt-get is usable (gcc 12 and clang 14 cannot
 #    compile the pto-isa CPU headers).
 # 3. Compiles with -D__CPU_SIM.  Idempotent: an up-to-date library is left alone.
@@ -18,50 +18,12 @@ BUILD="${1:-$ROOT/build}"
 mkdir -p "$BUILD"
 BUILD="$(cd "$BUILD" && pwd)"
 
-PTO_PKG="tilelang-ascend"
-PTO_VERSION="0.1.4"
-PTO_WHEEL="tilelang_ascend-0.1.4-cp311-cp311-manylinux2014_aarch64.whl"
-PTO_SHA256="1afec13f59e18fd9133ae2345a9845d8b58e3f005bd773325664821db5990d03"
-PTO_DIR="$BUILD/third_party/pto-isa"
-PTO_INC="$PTO_DIR/include"
+PTO_SHA256="1afec13f59e18fd9133ae2345a9845d8b58e3f005bd773325664821db5990d03"  # keep equal to fetch_pto_isa.sh
+PTO_INC="$BUILD/third_party/pto-isa/include"
 OUT="$BUILD/lib/libpa_sim.so"
 
 say() { echo "[build_sim] $*"; }
 skip() { say "skipped: $*"; exit 0; }
-
-fetch_pto_isa() {
-    if [[ -f "$PTO_DIR/.sha256" && "$(cat "$PTO_DIR/.sha256")" == "$PTO_SHA256" && -f "$PTO_INC/pto/pto-inst.hpp" ]]; then
-        return 0
-    fi
-    local dl="$BUILD/third_party/download"
-    mkdir -p "$dl"
-    if [[ ! -f "$dl/$PTO_WHEEL" ]]; then
-        command -v python3 >/dev/null || skip "python3 not found (needed to fetch pto-isa with pip)"
-        say "fetching pto-isa headers: $PTO_PKG==$PTO_VERSION (aarch64 wheel; only its headers are used)"
-        if ! python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
-            --python-version 3.11 "$PTO_PKG==$PTO_VERSION" -d "$dl"; then
-            skip "could not download $PTO_PKG==$PTO_VERSION (no registry access?)"
-        fi
-    fi
-    local got
-    got="$(sha256sum "$dl/$PTO_WHEEL" | cut -d' ' -f1)"
-    if [[ "$got" != "$PTO_SHA256" ]]; then
-        rm -f "$dl/$PTO_WHEEL"
-        echo "[build_sim] error: $PTO_WHEEL has sha256 $got, expected $PTO_SHA256" >&2
-        exit 1
-    fi
-    rm -rf "$PTO_DIR" "$BUILD/third_party/unpack"
-    python3 - "$dl/$PTO_WHEEL" "$BUILD/third_party/unpack" <<'EOF'
-import sys, zipfile
-prefix = "tilelang/3rdparty/pto-isa/"
-with zipfile.ZipFile(sys.argv[1]) as z:
-    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith(prefix)])
-EOF
-    mv "$BUILD/third_party/unpack/tilelang/3rdparty/pto-isa" "$PTO_DIR"
-    rm -rf "$BUILD/third_party/unpack"
-    echo "$PTO_SHA256" > "$PTO_DIR/.sha256"
-    say "pto-isa headers in $PTO_DIR (CANN Open Software License v2)"
-}
 
 find_clang() {
     for c in clang++-19 clang++-20 clang++-21 clang++-22; do
@@ -81,7 +43,10 @@ if [[ -z "$CXX" ]]; then
     fi
 fi
 
-fetch_pto_isa
+rc=0
+bash "$HERE/fetch_pto_isa.sh" "$BUILD" || rc=$?
+[[ $rc -eq 3 ]] && skip "pto-isa headers could not be fetched"
+[[ $rc -ne 0 ]] && exit "$rc"
 
 SOURCES=("$HERE/pa_kernel.cpp" "$HERE/sim/pa_sim_runtime.cpp" "$HERE/sim/pa_sim_validate.cpp" "$HERE/sim/pa_sim_host.cpp")
 if [[ -f "$OUT" && -f "$OUT.stamp" && "$(cat "$OUT.stamp")" == "$PTO_SHA256 $CXX" ]]; then
@@ -118,4 +83,4 @@ fi
 "$CXX" -shared -pthread -o "$OUT.tmp" "${objs[@]}"
 mv "$OUT.tmp" "$OUT"
 echo "$PTO_SHA256 $CXX" > "$OUT.stamp"
-say "built $OUT (pto-isa $PTO_PKG==$PTO_VERSION, CPU simulation of the A2/A3 kernel)"
+say "built $OUT (CPU simulation of the A2/A3 kernel, pto-isa from tilelang-ascend 0.1.4)"

@@ -87,9 +87,17 @@ AICORE inline void Dispatch(const KernelArgs &a, bool cube, uint32_t core, uint3
 #define PA_PARAM_DECL(name) __gm__ uint8_t *name,
 #define PA_PARAM_INIT(name) name,
 
-extern "C" __global__ AICORE void pa_decode_kernel(PA_KERNEL_PARAMS(PA_PARAM_DECL) uint32_t block_num)
+/* block_num: clusters launched (the task loop's stride); ffts_base: the cross-core flag (FFTS) control
+ * address the NPU host wrapper obtains from the runtime (unused in the simulation). */
+extern "C" __global__ AICORE void pa_decode_kernel(PA_KERNEL_PARAMS(PA_PARAM_DECL) uint32_t block_num,
+                                                   uint64_t ffts_base)
 {
     const pa::KernelArgs args{{PA_KERNEL_PARAMS(PA_PARAM_INIT)}};
+#if !defined(__CPU_SIM)
+    set_ffts_base_addr(ffts_base);
+#else
+    (void)ffts_base;
+#endif
 #if defined(__CPU_SIM)
     const bool cube = pa::sim::tctx.role == pa::sim::kRoleCube;
     const uint32_t sub = cube ? 0 : uint32_t(pa::sim::tctx.role - pa::sim::kRoleVec0);

@@ -25,7 +25,7 @@ extern "C" void pa_decode_kernel(uint8_t *q, uint8_t *k, uint8_t *v, uint8_t *bt
                                  uint8_t *do1, uint8_t *ds2, uint8_t *do2, uint8_t *razor, uint8_t *scale,
                                  uint8_t *logn, uint8_t *eye, uint8_t *o, uint8_t *s, uint8_t *p, uint8_t *otmp,
                                  uint8_t *go, uint8_t *ocore, uint8_t *l, uint8_t *k16, uint8_t *v16,
-                                 uint8_t *tiling, uint32_t block_num);
+                                 uint8_t *tiling, uint32_t block_num, uint64_t ffts_base);
 
 /* clang lowers float -> __bf16 casts to this libgcc >= 13 helper; Debian 12's libgcc lacks it. */
 extern "C" __bf16 __truncsfbf2(float f)
@@ -76,7 +76,8 @@ void Worker(Launch *L, uint32_t core, int32_t role, void *const *ptr)
     auto *b = reinterpret_cast<uint8_t *const *>(ptr);
     try {
         pa_decode_kernel(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                         b[14], b[15], b[16], b[17], b[18], b[19], b[20], b[21], b[22], L->blockDim);
+                         b[14], b[15], b[16], b[17], b[18], b[19], b[20], b[21], b[22], L->blockDim,
+                         /*ffts_base=*/0);
     } catch (const Abort &) {
         /* the launch failed; the first error is in L->error */
     }
