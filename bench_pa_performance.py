@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from benchmark import bytes_model
 from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers
 from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
-from benchmark.device import BACKENDS, MIB, collect_versions, default_backend, describe_device
+from benchmark.device import BACKENDS, MIB, collect_versions, default_backend, describe_device, host_load_warning
 from benchmark.report import PA_KIT, SCHEMA_VERSION, BenchReport, read_json, render, write_json
 from benchmark.shapes import (
     BLOCK_SIZE,
@@ -173,17 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
                            core_count=args.core_count, strategy=args.strategy)
     overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)
-    log(f"launch overhead: {overhead.runner_noop_us} µs per runner launch into call_kernel_noop")
+    log(f"launch overhead: {overhead.runner_noop_us} µs per runner launch into call_kernel_noop "
+        f"({overhead.split_kv_runner_noop_us} µs split-KV)")
     suite = Suite(options, device, log=log)
     records = []
+    busy = host_load_warning(device.cpu_count) if backend != "npu" else None
     for shape in shapes:
         records += suite.run_shape(shape)
+    busy = busy or (host_load_warning(device.cpu_count) if backend != "npu" else None)
 
     report = BenchReport(
         schema_version=SCHEMA_VERSION, created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=reproduce_command(argv, backend), device=device, versions=collect_versions(backend),
         timing={**asdict(policy), "description": policy.describe()}, bytes_model=bytes_model.DESCRIPTION,
         launch_overhead=overhead, records=tuple(records),
+        extras={"warning": busy} if busy else {},
     )
     print(render(report), flush=True)
     if args.json:

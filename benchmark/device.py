@@ -48,6 +48,8 @@ HOST_FLUSH_MAX_BYTES = 256 * MIB
 #: Read-bandwidth probe on the mock: buffer, threads (0 = every CPU) and passes (best is kept).
 BANDWIDTH_PROBE_BYTES = 512 * MIB
 BANDWIDTH_PROBE_REPS = 5
+#: Load average per CPU above which host timings are flagged as unreliable.
+BUSY_LOAD_PER_CPU = 0.5
 
 
 @dataclass(frozen=True)
@@ -197,3 +199,15 @@ def collect_versions(backend: str) -> dict[str, str | int | None]:
         versions["torch_npu"] = _module_version("torch_npu")
         versions["cann"] = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH")
     return versions
+
+
+def host_load_warning(cpu_count: int) -> str | None:
+    """A warning when other work shares this host: wall-clock figures are then not the machine's."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load <= BUSY_LOAD_PER_CPU * cpu_count:
+        return None
+    return (f"host busy: 1-minute load average {load:.1f} on {cpu_count} CPUs; wall-clock figures are "
+            f"unreliable, rerun on a quiet machine")

@@ -78,6 +78,8 @@ class LaunchOverhead:
     bare_noop_us: float | None
     probe_shape_id: str
     note: str = ""
+    #: The same runner path with a split-KV plan: it also zeroes the split partials on every launch.
+    split_kv_runner_noop_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def render_header(report: BenchReport) -> str:
     software = ", ".join(f"{k} {v}" for k, v in ver.items() if k not in {"pa_kit", "abi_python", "abi_library"}
                          and v is not None)
     runner_us = _fmt(lo.runner_noop_us, ".2f")
+    split_us = _fmt(lo.split_kv_runner_noop_us, ".2f")
     bare_us = _fmt(lo.bare_noop_us, ".2f")
     lines = [
         "pa-kit paged-attention decode benchmark",
@@ -191,8 +194,8 @@ def render_header(report: BenchReport) -> str:
         f"pa-kit:   {ver.get('pa_kit')}, kernel ABI {ver.get('abi_python')} (library reports "
         f"{ver.get('abi_library')})",
         f"software: {software}",
-        f"launch:   {runner_us} µs per runner launch into call_kernel_noop; bare cached ctypes call "
-        f"{bare_us} µs (host, shape {lo.probe_shape_id}){'; ' + lo.note if lo.note else ''}",
+        f"launch:   {runner_us} µs per runner launch into call_kernel_noop ({split_us} µs with a split-KV plan); "
+        f"bare cached ctypes call {bare_us} µs (host, shape {lo.probe_shape_id}){'; ' + lo.note if lo.note else ''}",
         f"timing:   {report.timing.get('description', '')}",
         f"bytes:    {report.bytes_model}",
         f"command:  {report.command}",

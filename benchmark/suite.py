@@ -80,20 +80,24 @@ def noop_backend(backend: str) -> Any:
 
 
 def measure_launch_overhead(options: SuiteOptions, dtype: str = "fp16") -> LaunchOverhead:
-    """Host µs per launch into the no-op entry, three ways (see the module docstring)."""
+    """Host µs per launch into the no-op entry, three ways (see the module docstring), for the probe shape's
+    own plan and for a forced split-KV plan (whose launches also zero the split partials)."""
     shape = uniform_shape(1, PROBE_CONTEXT, dtype=dtype)
     case = build_case(shape, device_for(options.backend))
     try:
         runner = make_runner(case, options, checked=False, backend=noop_backend(options.backend))
+        split = make_runner(case, replace(options, strategy="split_kv"), checked=False,
+                            backend=noop_backend(options.backend))
     except (RuntimeError, OSError, ValueError) as exc:
         return LaunchOverhead(None, None, shape.shape_id, note=f"not measured: {exc}")
     noop = runner.library.call_kernel_noop
     args = runner.launch_args
     runner_us = host_us_per_call(runner)
+    split_us = host_us_per_call(split)
     method_us = host_us_per_call(runner.noop)
     bare_us = host_us_per_call(lambda: noop(*args))
-    note = f"runner.noop() {method_us:.2f} µs; plan {plan_summary(runner.plan)}"
-    return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note)
+    note = f"runner.noop() {method_us:.2f} µs; plans {plan_summary(runner.plan)} / {plan_summary(split.plan)}"
+    return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note, split_kv_runner_noop_us=split_us)
 
 
 def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel, status: str) -> BenchRecord:
