@@ -405,3 +405,19 @@ def test_script_end_to_end_on_the_mock(tmp_path: Path) -> None:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "regression gate (tolerance 1000 %): PASS" in gate.stdout
+
+
+# ---- plot -----------------------------------------------------------------------------------------------
+
+
+def test_plot_groups_shape_families_and_writes_a_png(tmp_path: Path) -> None:
+    from benchmark import plot
+
+    records = [replace(_record(f"b{b}", impl, 1.0), batch=b, context_tokens_total=2048 * b, tb_per_s=0.1 * b)
+               for b in (1, 8, 64) for impl in (report.PA_KIT, "torch-dense")]
+    by_batch = plot.series(tuple(records), "batch")
+    assert by_batch[(report.PA_KIT, "ctx2048 h32/8 d128 bs128 fp16")] == [(1, 0.1), (8, 0.8), (64, 6.4)]
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "tb.png"
+    plot.plot_report(_report(records), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
