@@ -33,7 +33,8 @@ if [[ ! -f "$dl/$PTO_WHEEL" ]]; then
     command -v python3 >/dev/null || { say "python3 not found (needed to fetch pto-isa with pip)"; exit 3; }
     say "fetching pto-isa headers: $PTO_PKG==$PTO_VERSION"
     if ! python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
-        --python-version 3.11 "$PTO_PKG==$PTO_VERSION" -d "$dl"; then
+        --python-version 3.11 "$PTO_PKG==$PTO_VERSION" -d "$dl" 2>"$dl/pip.log"; then
+        cat "$dl/pip.log" >&2
         say "could not download $PTO_PKG==$PTO_VERSION (no registry access?)"
         exit 3
     fi

@@ -23,8 +23,13 @@ constexpr int kCubeRows = kMaxTaskHeads;
 constexpr int kVecSubCores = 2;
 /* Rows one vector sub-core owns: sub-core i takes rows [i*floor(n/2), ...) of a task's n heads. */
 constexpr int kVecRows = kMaxTaskHeads / kVecSubCores;
-/* Tokens per hand-off: kMaxTaskHeads * 512 fp32 scores = PA_S_HALF_ELEMS, the S scratch half of one stage. */
+/* Tokens per hand-off: kMaxTaskHeads * 512 fp32 scores = PA_S_HALF_ELEMS, the S scratch half of one stage.
+ * PA_HANDOFF_TOKENS (a power of two <= 512) overrides it for tiling experiments in the simulation only. */
+#ifdef PA_HANDOFF_TOKENS
+constexpr int kHandoffTokens = PA_HANDOFF_TOKENS;
+#else
 constexpr int kHandoffTokens = PA_S_HALF_ELEMS / kMaxTaskHeads;
+#endif
 /* Row pitch (elements) of S and P in scratch: one hand-off row. */
 constexpr int kScorePitch = kHandoffTokens;
 /* Ping-pong stages of the scratch halves: the cube computes QK of unit u+1 while the vector works on unit u. */

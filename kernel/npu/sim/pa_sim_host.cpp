@@ -5,6 +5,7 @@
  * overflow asserts and aborts the process: run simulated launches in a subprocess.
  */
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -54,7 +55,7 @@ struct HostState {
     pa_sim_stats stats{};
 };
 thread_local HostState host;
-int32_t g_timeoutMs = 0;
+std::atomic<int32_t> g_timeoutMs{0};
 
 int32_t TimeoutMs()
 {
