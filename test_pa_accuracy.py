@@ -376,6 +376,16 @@ def test_out_argument_and_functional_api(backend_name: str) -> None:
     assert compare(fresh, golden(inputs, 1 / math.sqrt(case.head_dim)), case.dtype).passed
 
 
+def test_noop_runs_no_kernel(mock_like: str) -> None:
+    """``noop`` is the launch overhead alone: same cached arguments, output untouched."""
+    case = CASES[0]
+    runner = build_runner(case, make_inputs(case), make_backend(mock_like), "cpu")
+    poison(runner)
+    runner.noop()
+    assert torch.isnan(runner.out).all()
+    assert not torch.isnan(runner()).any()
+
+
 # ---- negative controls: the device must reject a broken contract ----------------------------------------
 def _replan(runner: PagedAttentionRunner, edit: Callable[[np.ndarray], None] | None = None,
             **workspace: int) -> None:
