@@ -193,6 +193,9 @@ ACCURACY_CASES = {
     "bf16_split_block_split_kv": {"lens": [900, 260], "hq": 4, "hkv": 2, "d": 256, "bs": 256, "dtype": "bf16",
                                   "strategy": "split_kv"},
     "fp16_d80_bs256": {"lens": [600, 255], "hq": 6, "hkv": 3, "d": 80, "bs": 256},
+    "fp16_d32_bs512_split_kv": {"lens": [1500, 3, 511], "hq": 4, "hkv": 2, "d": 32, "bs": 512},
+    "fp16_d208_bs64_mqa": {"lens": [300, 129], "hq": 4, "hkv": 1, "d": 208, "bs": 64},
+    "fp16_mqa_64_heads": {"lens": [700, 90], "hq": 64, "hkv": 1, "bs": 64},
     # 24 cores as on a 910B: BN with a tail pass (24 former + 8 tail sequences, finer tail head split)
     "fp16_24_cores_tail_pass": {"lens": [int(n) for n in np.random.default_rng(7).integers(1, 300, 32)], "hq": 32,
                                 "hkv": 8, "cores": 24},

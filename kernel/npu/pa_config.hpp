@@ -56,8 +56,12 @@ constexpr uint32_t kL1Bytes = 512 * 1024;
 constexpr uint32_t kL0aBytes = 64 * 1024;
 constexpr uint32_t kL0bBytes = 64 * 1024;
 constexpr uint32_t kL0cBytes = 128 * 1024;
-/* Alignment of every on-chip buffer start: the 512 B fractal/burst granule of L1 and L0. */
-constexpr uint32_t kOnChipAlign = 512;
+/* Bytes of one L1/L0 fractal (16 x 16 fp16): the granule of the cube's NZ/ZN tile layouts. */
+constexpr int kFractalBytes = 512;
+/* Alignment of every on-chip buffer start: one fractal, which is also a whole number of 32 B UB blocks. */
+constexpr uint32_t kOnChipAlign = kFractalBytes;
+/* Start alignment of the 16-float per-row vectors in UB: two 32 B vector blocks. */
+constexpr uint32_t kRowVecAlign = 64;
 constexpr uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* ---- combine ------------------------------------------------------------------------------------------- */

@@ -18,11 +18,11 @@ template <typename T, int DCap>
 struct CubeCore {
     static constexpr int kSub = SubTokens(DCap);
     /* L1 (Mat) tiles */
-    using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, 512>;
+    using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens, BLayout::ColMajor, DYNAMIC, DYNAMIC,
-                      SLayout::RowMajor, 512>;
-    using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, 512>;
-    using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, 512>;
+                      SLayout::RowMajor, kFractalBytes>;
+    using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     /* L0 tiles */
     using QLeft = TileLeft<T, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
     using PLeft = TileLeft<T, kCubeRows, kSub, DYNAMIC, DYNAMIC>;

@@ -34,7 +34,7 @@ struct VectorCore {
     static constexpr uint32_t kUbOacc = kUbOtmp + OF::Numel * sizeof(float);
     static constexpr uint32_t kUbOout = kUbOacc + OF::Numel * sizeof(float);
     static constexpr uint32_t kUbCols = AlignUp(kUbOout + OT::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kColBytes = AlignUp(Col::Numel * sizeof(float), 64);
+    static constexpr uint32_t kColBytes = AlignUp(Col::Numel * sizeof(float), kRowVecAlign);
     enum ColSlot : uint32_t { kColM, kColL, kColLm, kColHm, kColLse, kColDm0, kColLl0 = kColDm0 + kStages, kColEnd = kColLl0 + kStages };
     static_assert(kUbCols + kColEnd * kColBytes <= kUbBytes, "UB plan overflows");
 
