@@ -189,7 +189,8 @@ def render_header(report: BenchReport) -> str:
     bare_us = _fmt(lo.bare_noop_us, ".2f")
     lines = [
         "pa-kit paged-attention decode benchmark",
-        f"device:   {dev.name} [kind {dev.kind}], backend {dev.backend}, {dev.cpu_count} host CPUs",
+        f"device:   {dev.name} [kind {dev.kind}], backend {dev.backend}, {dev.cpu_count} host CPUs, "
+        f"{dev.cache_bytes / (1 << 20):.0f} MiB {'L2' if dev.backend == 'npu' else 'largest host cache'}",
         f"peak:     {peak} ({dev.peak_source})",
         f"pa-kit:   {ver.get('pa_kit')}, kernel ABI {ver.get('abi_python')} (library reports "
         f"{ver.get('abi_library')})",

@@ -174,7 +174,21 @@ def host_us_per_call(fn: Callable[[], Any], calls: int = 2000, repeats: int = 5)
 
 
 def make_flush(nbytes: int, device: str) -> Callable[[], None]:
-    """A callable that writes ``nbytes`` on ``device`` (evicts the cache); the buffer is touched here, once."""
+    """A callable that writes ``nbytes`` (evicting the cache); the buffer is touched here, once.
+
+    On the host the write is a single-threaded numpy fill: torch's multi-threaded fill would leave its
+    OpenMP workers spinning on the cores the timed launch needs.  On an NPU it is a ``zero_()`` queued on
+    the current stream, before the launch's start event.
+    """
+    if device == "cpu":
+        import numpy as np
+
+        host = np.zeros(nbytes, dtype=np.uint8)
+
+        def flush_host() -> None:
+            host.fill(0)
+
+        return flush_host
     import torch
 
     buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
