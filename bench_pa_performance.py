@@ -27,7 +27,16 @@ from datetime import datetime, timezone
 from benchmark import bytes_model
 from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers
 from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
-from benchmark.device import BACKENDS, MIB, collect_versions, default_backend, describe_device, host_load_warning
+from benchmark.device import (
+    BACKENDS,
+    MIB,
+    busy_host_warning,
+    collect_versions,
+    cpu_snapshot,
+    default_backend,
+    describe_device,
+    other_processes_share,
+)
 from benchmark.report import PA_KIT, SCHEMA_VERSION, BenchReport, read_json, render, write_json
 from benchmark.shapes import (
     BLOCK_SIZE,
@@ -177,17 +186,23 @@ def main(argv: list[str] | None = None) -> int:
         f"({overhead.split_kv_runner_noop_us} µs split-KV)")
     suite = Suite(options, device, log=log)
     records = []
-    busy = host_load_warning(device.cpu_count) if backend != "npu" else None
+    start = cpu_snapshot()
     for shape in shapes:
         records += suite.run_shape(shape)
-    busy = busy or (host_load_warning(device.cpu_count) if backend != "npu" else None)
+    others = other_processes_share(start, cpu_snapshot())
+    extras: dict[str, object] = {}
+    if others is not None:
+        extras["host"] = f"other processes used {100 * others:.0f} % of the host CPUs during the measurements"
+    busy = busy_host_warning(others) if backend != "npu" else None
+    if busy:
+        extras["warning"] = busy
 
     report = BenchReport(
         schema_version=SCHEMA_VERSION, created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=reproduce_command(argv, backend), device=device, versions=collect_versions(backend),
         timing={**asdict(policy), "description": policy.describe()}, bytes_model=bytes_model.DESCRIPTION,
         launch_overhead=overhead, records=tuple(records),
-        extras={"warning": busy} if busy else {},
+        extras=extras,
     )
     print(render(report), flush=True)
     if args.json:

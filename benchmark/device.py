@@ -48,8 +48,8 @@ HOST_FLUSH_MAX_BYTES = 256 * MIB
 #: Read-bandwidth probe on the mock: buffer, threads (0 = every CPU) and passes (best is kept).
 BANDWIDTH_PROBE_BYTES = 512 * MIB
 BANDWIDTH_PROBE_REPS = 5
-#: Load average per CPU above which host timings are flagged as unreliable.
-BUSY_LOAD_PER_CPU = 0.5
+#: Share of the host's CPU time used by other processes above which host timings are flagged unreliable.
+BUSY_OTHER_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -201,13 +201,38 @@ def collect_versions(backend: str) -> dict[str, str | int | None]:
     return versions
 
 
-def host_load_warning(cpu_count: int) -> str | None:
-    """A warning when other work shares this host: wall-clock figures are then not the machine's."""
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """CPU seconds spent by the whole host (all CPUs, from /proc/stat) and by this process, at one moment."""
+
+    host_busy_s: float
+    host_total_s: float
+    self_s: float
+
+
+def cpu_snapshot() -> CpuSnapshot | None:
     try:
-        load = os.getloadavg()[0]
-    except OSError:
+        fields_ = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
         return None
-    if load <= BUSY_LOAD_PER_CPU * cpu_count:
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields_ + [0] * 8)[:8]
+    busy = user + nice + system + irq + softirq + steal
+    own = os.times()
+    return CpuSnapshot(busy / tick, (busy + idle + iowait) / tick, own.user + own.system)
+
+
+def other_processes_share(start: CpuSnapshot | None, end: CpuSnapshot | None) -> float | None:
+    """Fraction of the host's CPU time other processes used between two snapshots (0 = quiet host)."""
+    if start is None or end is None or end.host_total_s <= start.host_total_s:
         return None
-    return (f"host busy: 1-minute load average {load:.1f} on {cpu_count} CPUs; wall-clock figures are "
-            f"unreliable, rerun on a quiet machine")
+    others = (end.host_busy_s - start.host_busy_s) - (end.self_s - start.self_s)
+    return max(0.0, others / (end.host_total_s - start.host_total_s))
+
+
+def busy_host_warning(share: float | None) -> str | None:
+    """A warning when other processes took a noticeable share of the CPUs during a host-timed run."""
+    if share is None or share <= BUSY_OTHER_SHARE:
+        return None
+    return (f"host busy: other processes used {100 * share:.0f} % of the CPUs during this run; wall-clock "
+            f"figures are unreliable, rerun on a quiet machine")
