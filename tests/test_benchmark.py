@@ -383,6 +383,16 @@ def test_host_timer_respects_launch_bounds() -> None:
     assert timing.HostTimer(policy).measure(lambda: None).samples == 3
 
 
+def test_other_processes_share_of_the_host() -> None:
+    from benchmark.device import CpuSnapshot, busy_host_warning, other_processes_share
+
+    start, end = CpuSnapshot(10.0, 100.0, 1.0), CpuSnapshot(30.0, 120.0, 6.0)
+    assert other_processes_share(start, end) == pytest.approx((20.0 - 5.0) / 20.0)
+    assert other_processes_share(start, None) is None
+    assert busy_host_warning(0.05) is None
+    assert "75 %" in (busy_host_warning(0.75) or "")
+
+
 # ---- end to end on the mock -----------------------------------------------------------------------------
 
 
