@@ -88,7 +88,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     timing.add_argument("--no-flush", action="store_true", help="do not flush the cache between launches")
     timing.add_argument("--flush-mib", type=int, help="bytes written by a flush (default: 2x L2 / last cache)")
     timing.add_argument("--warmup", type=int, help="warm-up launches (backend default)")
-    timing.add_argument("--iters", type=int, help="max timed launches per implementation and shape")
+    timing.add_argument("--iters", type=int, help="timed launches per implementation and shape (with --budget-ms: "
+                                                  "the most; default: as many as the budget allows)")
     timing.add_argument("--min-iters", type=int, help="min timed launches, even past the budget")
     timing.add_argument("--budget-ms", type=float, help="time budget per implementation and shape")
     timing.add_argument("--peak-gbs", type=float, help="peak bandwidth in GB/s (overrides table/measurement)")
@@ -131,7 +132,10 @@ def select_baselines(args: argparse.Namespace, backend: str) -> tuple[str, ...]:
 
 def timing_policy(args: argparse.Namespace, backend: str, flush_bytes: int) -> TimingPolicy:
     warmup, min_iters, max_iters, budget = TIMING_DEFAULTS[backend]
-    max_iters = args.iters if args.iters is not None else max_iters
+    if args.iters is not None:
+        max_iters = args.iters
+        if args.budget_ms is None:  # an exact launch count, as the published method uses
+            min_iters = args.iters
     return TimingPolicy(
         statistic=args.stat, l2_flush=not args.no_flush,
         warmup=args.warmup if args.warmup is not None else warmup,
