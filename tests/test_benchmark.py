@@ -393,6 +393,32 @@ def test_other_processes_share_of_the_host() -> None:
     assert "75 %" in (busy_host_warning(0.75) or "")
 
 
+def test_sim_figures_mirror_follows_the_header() -> None:
+    import re
+
+    from benchmark.sim_figures import SimStats
+
+    header = (REPO / "kernel" / "npu" / "pa_sim_api.h").read_text()
+    body = header[header.index("typedef struct pa_sim_stats {"):header.index("} pa_sim_stats;")]
+    names = re.findall(r"^\s*(?:uint64_t|uint32_t|double)\s+(\w+)", body, re.MULTILINE)
+    assert names == [name for name, _ in SimStats._fields_]
+
+
+def test_sim_figures_of_a_launch() -> None:
+    if not (REPO / "build" / "lib" / "libpa_sim.so").is_file():
+        pytest.skip("build/lib/libpa_sim.so not built (bash compile.sh builds it where clang-19 is present)")
+    from benchmark.sim_figures import read_sim_figures
+    from benchmark.suite import SuiteOptions, make_runner
+
+    shape = shapes.BenchShape("t", 8, 2, 64, 16, "fp16", (40, 17), seed=1)
+    case = build_case(shape)
+    runner = make_runner(case, SuiteOptions("sim", (), timing.TimingPolicy()), checked=True, backend="sim")
+    runner()
+    figures = read_sim_figures(runner.library.handle, bytes_model.traffic(shape).kv_bytes)
+    assert figures is not None and figures["kv_read_mb"] > 0 and figures["tasks"] >= 1
+    assert set(figures) >= {"gm_read_mb", "handoffs", "peak_ub_kib", "kv_read_per_model_kv"}
+
+
 # ---- end to end on the mock -----------------------------------------------------------------------------
 
 
