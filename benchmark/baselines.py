@@ -130,14 +130,23 @@ def _dense_kv(case: BenchCase, cache: torch.Tensor) -> list[torch.Tensor]:
     return [sequence_kv(case, seq, cache).transpose(0, 1).contiguous() for seq in range(case.shape.batch)]
 
 
+def _dense_batch(case: BenchCase, cache: torch.Tensor) -> torch.Tensor:
+    """``[batch, kv_heads, ctx, head_dim]`` of a uniform batch, filled one sequence at a time (no stacking
+    copy: at 128K tokens the cache alone is gigabytes)."""
+    s = case.shape
+    dense = torch.empty(s.batch, s.num_kv_heads, s.max_context, s.head_dim, dtype=cache.dtype, device=case.device)
+    for seq in range(s.batch):
+        dense[seq].copy_(sequence_kv(case, seq, cache).transpose(0, 1))
+    return dense
+
+
 def prepare_torch_dense(case: BenchCase) -> Launch:
     s = case.shape
     query = _grouped_query(case)
-    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
     if s.uniform:
-        key_batch, value_batch = torch.stack(keys), torch.stack(values)
-        del keys, values
+        key_batch, value_batch = _dense_batch(case, case.key_cache), _dense_batch(case, case.value_cache)
         return lambda: _grouped_attention(query, key_batch, value_batch, case.scale).view(s.batch, s.num_heads, -1)
+    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
     out = torch.empty_like(case.query)
 
     def run() -> torch.Tensor:
@@ -151,13 +160,12 @@ def prepare_torch_dense(case: BenchCase) -> Launch:
 def prepare_sdpa(case: BenchCase) -> Launch:
     s = case.shape
     query = case.query.view(s.batch, s.num_heads, 1, s.head_dim)
-    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     if s.uniform:
-        key_batch, value_batch = torch.stack(keys), torch.stack(values)
-        del keys, values
+        key_batch, value_batch = _dense_batch(case, case.key_cache), _dense_batch(case, case.value_cache)
         return lambda: sdpa(query, key_batch, value_batch, scale=case.scale, enable_gqa=True).view(
             s.batch, s.num_heads, -1)
+    keys, values = _dense_kv(case, case.key_cache), _dense_kv(case, case.value_cache)
     out = torch.empty_like(case.query)
 
     def run() -> torch.Tensor:
