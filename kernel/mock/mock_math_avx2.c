@@ -15,7 +15,9 @@ typedef struct {
     __m256 lo, hi;
 } V16;
 
-#define PA_QK_ROWS 4
+#define PA_QK_BLOCK 4
+#define PA_QK_WIDE_ROWS 4
+#define PA_SIMD_ALIGN 32
 #define PA_PV_ROWS 2
 #define PA_PV_CHUNKS 2
 #define PA_HALF_LANES 8
@@ -95,6 +97,12 @@ static inline float v_reduce_add(V16 v) {
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
     return _mm_cvtss_f32(s1);
+}
+
+static inline void v_reduce_add_block(const V16 *acc, float *out) {
+    for (int t = 0; t < PA_QK_BLOCK; ++t) {
+        out[t] = v_reduce_add(acc[t]);
+    }
 }
 
 static inline float v_reduce_max(V16 v) {

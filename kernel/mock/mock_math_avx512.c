@@ -12,7 +12,9 @@
 
 typedef __m512 V16;
 
-#define PA_QK_ROWS 4
+#define PA_QK_BLOCK 16
+#define PA_QK_WIDE_ROWS 4
+#define PA_SIMD_ALIGN 64
 #define PA_PV_ROWS 4
 #define PA_PV_CHUNKS 4
 #define PA_ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -73,6 +75,29 @@ static inline float v_reduce_add(V16 v) {
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
     return _mm_cvtss_f32(s1);
+}
+
+/* Sixteen fixed-tree reductions at once: each step adds lane i and lane i + w of every vector (w = 8, 4,
+ * 2, 1) while packing two vectors into one; a final permutation puts token t in lane t. */
+static inline void v_reduce_add_block(const V16 *acc, float *out) {
+    __m512 s8[8], s4[4], s2[2];
+    for (int m = 0; m < 8; ++m) {
+        s8[m] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * m], acc[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(acc[2 * m], acc[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int m = 0; m < 4; ++m) {
+        s4[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * m], s8[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(s8[2 * m], s8[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    for (int m = 0; m < 2; ++m) {
+        s2[m] = _mm512_add_ps(_mm512_shuffle_ps(s4[2 * m], s4[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(s4[2 * m], s4[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    __m512 s1 = _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* lane 4b + j holds token b + 4j */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, s1));
 }
 
 static inline float v_reduce_max(V16 v) { return _mm512_reduce_max_ps(v); }

@@ -4,7 +4,9 @@
  *   v_zero v_set1 v_loadu v_storeu v_add v_sub v_mul v_div v_fma(a,b,c)=a*b+c v_max v_min(a,b)=(a<b)?a:b
  *   v_widen(const uint16_t *, bf16) v_narrow_store(uint16_t *, V16, bf16) v_reduce_add (the fixed tree)
  *   v_reduce_max v_round (nearest even) v_pow2i (2^n of an integral V16) v_zero_below(res, x, threshold)
- * and PA_QK_ROWS (rows per Q.K block), PA_PV_ROWS x PA_PV_CHUNKS (P.V accumulator block).
+ * v_reduce_add_block (PA_QK_BLOCK vectors, each by the fixed tree), PA_QK_BLOCK and PA_QK_WIDE_ROWS (Q.K
+ * accumulators = tokens x rows, and the widest row count),
+ * PA_PV_ROWS x PA_PV_CHUNKS (P.V accumulator block) and PA_SIMD_ALIGN.
  * It defines the pa_math_ops table PA_SIMD_TABLE named PA_SIMD_NAME.  Heads whose dimension is not a
  * multiple of PA_LANES take the portable path, which computes the same values.
  */
@@ -41,23 +43,46 @@ static void simd_widen(const uint16_t *src, int64_t n, float *dst, int bf16) {
     }
 }
 
-/* NR rows of Q against one K row: 16-lane partial sums over d, then the fixed reduction tree. */
-PA_INLINE void qk_block(const float *q, const int nr, int32_t d, const uint16_t *kr, float *s, int32_t s_stride,
-                        int bf16) {
-    V16 acc[PA_QK_ROWS];
-    for (int r = 0; r < nr; ++r) {
-        acc[r] = v_zero();
+/* Q.K for TB tokens x HB q rows (TB * HB = PA_QK_BLOCK independent 16-lane accumulations over d in ascending
+ * order, each K chunk widened once for the HB rows), reduced together by the fixed tree.  Tokens at or past
+ * `nt` contribute nothing and are not stored. */
+PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_stride, float *s, int32_t s_stride,
+                        const int tb, const int hb, int nt, int bf16) {
+    V16 acc[PA_QK_BLOCK];
+    float sums[PA_QK_BLOCK] __attribute__((aligned(PA_SIMD_ALIGN)));
+    for (int i = 0; i < PA_QK_BLOCK; ++i) {
+        acc[i] = v_zero();
     }
     for (int32_t c = 0; c < d; c += PA_LANES) {
-        V16 kc = v_widen(kr + c, bf16);
-        for (int r = 0; r < nr; ++r) {
-            acc[r] = v_fma(v_loadu(q + (int64_t)r * d + c), kc, acc[r]);
+        for (int t = 0; t < tb; ++t) {
+            if (t >= nt) {
+                break;
+            }
+            V16 kc = v_widen(k + (int64_t)t * k_stride + c, bf16);
+            for (int h = 0; h < hb; ++h) {
+                acc[t * hb + h] = v_fma(v_loadu(q + (int64_t)h * d + c), kc, acc[t * hb + h]);
+            }
         }
     }
-    for (int r = 0; r < nr; ++r) {
-        s[(int64_t)r * s_stride] = v_reduce_add(acc[r]);
+    v_reduce_add_block(acc, sums);
+    for (int t = 0; t < tb && t < nt; ++t) {
+        for (int h = 0; h < hb; ++h) {
+            s[(int64_t)h * s_stride + t] = sums[t * hb + h];
+        }
     }
 }
+
+#define PA_QK_CALL(HB)                                                                                        \
+    for (int32_t j = 0; j < ntok; j += PA_QK_BLOCK / (HB)) {                                                  \
+        int nt = ntok - j;                                                                                    \
+        if (nt >= PA_QK_BLOCK / (HB)) {                                                                       \
+            qk_block(q + (int64_t)r * d, d, k + (int64_t)j * k_stride, k_stride, s + (int64_t)r * s_stride + j, \
+                     s_stride, PA_QK_BLOCK / (HB), HB, PA_QK_BLOCK / (HB), bf16);                             \
+        } else {                                                                                              \
+            qk_block(q + (int64_t)r * d, d, k + (int64_t)j * k_stride, k_stride, s + (int64_t)r * s_stride + j, \
+                     s_stride, PA_QK_BLOCK / (HB), HB, nt, bf16);                                             \
+        }                                                                                                     \
+    }
 
 static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
                     float *s, int32_t s_stride, int bf16) {
@@ -65,15 +90,15 @@ static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, 
         pa_math_portable.qk(q, rows, d, k, k_stride, ntok, s, s_stride, bf16);
         return;
     }
-    for (int32_t j = 0; j < ntok; ++j) {
-        const uint16_t *kr = k + (int64_t)j * k_stride;
-        int32_t r = 0;
-        for (; r + PA_QK_ROWS <= rows; r += PA_QK_ROWS) {
-            qk_block(q + (int64_t)r * d, PA_QK_ROWS, d, kr, s + (int64_t)r * s_stride + j, s_stride, bf16);
-        }
-        for (; r < rows; ++r) {
-            qk_block(q + (int64_t)r * d, 1, d, kr, s + (int64_t)r * s_stride + j, s_stride, bf16);
-        }
+    int32_t r = 0;
+    for (; r + PA_QK_WIDE_ROWS <= rows; r += PA_QK_WIDE_ROWS) {
+        PA_QK_CALL(PA_QK_WIDE_ROWS)
+    }
+    for (; r + 2 <= rows; r += 2) {
+        PA_QK_CALL(2)
+    }
+    for (; r < rows; ++r) {
+        PA_QK_CALL(1)
     }
 }
 
