@@ -62,6 +62,8 @@ class BenchRecord:
     pa_kit_speedup: float | None = None
     max_abs_error: float | None = None
     plan: str | None = None
+    #: Host µs per launch of this shape's runner path into ``call_kernel_noop`` (pa-kit rows only).
+    host_launch_us: float | None = None
     #: Per-launch counters a backend reports (the simulation: bytes moved, hand-offs, on-chip use).
     device_figures: dict[str, Any] | None = None
 
@@ -153,7 +155,9 @@ LEGEND = (
     "ms: the timing statistic above (median unless --stat mean); p20/p80: spread of per-launch times. "
     "TB/s: all bytes of the model / time, decimal. KV GB/s: K+V bytes only. % peak: TB/s against the peak "
     "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
-    "float64 golden|; an implementation outside the tolerance is reported, not timed."
+    "float64 golden|; an implementation outside the tolerance is reported, not timed. plan: strategy, launched "
+    "cores (bd), KV splits per sequence (kvCN), tiling key, host µs per launch of the runner path without the "
+    "kernel."
 )
 
 
@@ -165,6 +169,8 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
     rows = []
     for r in records:
         note = r.plan or ""
+        if r.host_launch_us is not None:
+            note += f", host {r.host_launch_us:.3g} µs"
         if r.status != STATUS_OK:
             note = f"{r.status}; {note}" if note else r.status
         rows.append([

@@ -31,6 +31,9 @@ from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per
 PA_KIT_CHECKED = "pa-kit checked"
 #: Shape of the launch-overhead probe: small, so that nothing but the launch path is measured.
 PROBE_CONTEXT = 512
+#: Calls and repeats of the per-shape launch-path probe (fewer than the header's: it runs once per shape).
+SHAPE_PROBE_CALLS = 200
+SHAPE_PROBE_REPEATS = 3
 Launch = Callable[[], torch.Tensor]
 
 
@@ -150,14 +153,15 @@ class Suite:
         reference = golden(case)
         records = []
         for name, prepare in self.implementations(case):
-            records.append(self._measure(shape, name, prepare, reference, traffic))
+            records.append(self._measure(case, name, prepare, reference, traffic))
             gc.collect()
         del case
         gc.collect()
         return with_speedups(records)
 
-    def _measure(self, shape: BenchShape, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
+    def _measure(self, case: BenchCase, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
                  reference: torch.Tensor, traffic: bytes_model.TrafficModel) -> BenchRecord:
+        shape = case.shape
         record = _base_record(shape, name, traffic, STATUS_OK)
         try:
             launch, plan, runner = prepare()
@@ -170,6 +174,8 @@ class Suite:
             self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}, not timed")
             return replace(record, status=STATUS_INACCURATE)
         figures = self._device_figures(runner, traffic)  # of the accuracy launch: before any other launch
+        if name == PA_KIT:
+            record = replace(record, host_launch_us=self._host_launch_us(case))
         stats = self.timer.measure(launch)
         tb_s = bytes_model.tb_per_s(traffic.total_bytes, stats.center_ms)
         record = replace(
@@ -182,6 +188,14 @@ class Suite:
         self.log(f"  {shape.shape_id:<44} {name:<14} {stats.center_ms:9.4g} ms  {record.kv_gb_per_s:8.2f} KV GB/s"
                  f"  ({stats.samples} launches)")
         return record
+
+    def _host_launch_us(self, case: BenchCase) -> float | None:
+        """This shape's runner path into ``call_kernel_noop`` (split-KV plans also zero their partials)."""
+        try:
+            runner = make_runner(case, self.options, checked=False, backend=noop_backend(self.options.backend))
+        except (RuntimeError, OSError, ValueError):
+            return None
+        return host_us_per_call(runner, calls=SHAPE_PROBE_CALLS, repeats=SHAPE_PROBE_REPEATS)
 
     def _device_figures(self, runner: Any, traffic: bytes_model.TrafficModel) -> dict[str, Any] | None:
         """Per-launch counters of the last launch: the simulation's, or a runner's own ``launch_figures()``."""
