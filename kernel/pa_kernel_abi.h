@@ -187,6 +187,10 @@
  * 6. addr_q/addr_o advance for every slot (dense [B, Hq, D] tensors); ATB skips empty ones.  The kernel
  *    never reads them for an empty slot except to write its zero row.
  * 7. Our kernels write zero rows for empty sequences; ATB leaves them untouched.
+ * 8. With strategy "auto", a grid whose tasks would hold part of a KV group (fewer heads than
+ *    min(group, PA_HEAD_SPLIT_LIMIT)) is replaced by a split-KV grid of whole-group tasks whose KV ranges
+ *    fill the cores: decode is memory-bound and every task on a group re-reads its K/V (ATB's BN split of
+ *    b8 16q/1kv heads reads the cache 3 times).  Forced "bn"/"split_kv" keep ATB's rules.
  */
 
 /* ---- error codes returned by call_kernel ------------------------------------------------------------- */

@@ -7,7 +7,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+import os
+import signal
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -24,6 +27,7 @@ Field = abi.BatchField
 Err = abi.ErrorCode
 #: |mock - float64 golden| <= ATOL + RTOL * |golden|: P and the output are rounded to the input dtype once each
 #: (relative 2^-11 for fp16, 2^-8 for bf16), and outputs are averages of unit-variance values.
+CHILD_TIMEOUT_S = 60
 TOLERANCE = {"fp16": (2e-3, 4e-3), "bf16": (1.6e-2, 1.6e-2)}
 
 
@@ -171,7 +175,8 @@ def test_scratch_holds_the_last_tile_at_kernel_strides(lib: ctypes.CDLL, rng: np
 
 def test_cores_stay_in_their_scratch_regions(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     """Scratch one core larger than the plan, poisoned: the spare region stays untouched."""
-    case = h.make_case(rng, [300, 200, 100, 50], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32)
+    case = h.make_case(rng, [300, 200, 100, 50], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32,
+                       strategy="bn")  # a BN grid gives every launched core work
     buffers = h.workspace(case)
     strides = {Slot.S: abi.S_CORE_STRIDE_ELEMS, Slot.P: abi.P_CORE_STRIDE_ELEMS,
                Slot.O_TMP: abi.O_TMP_CORE_STRIDE_ELEMS}
@@ -261,6 +266,52 @@ def test_checked_and_unchecked_agree(lib: ctypes.CDLL, rng: np.random.Generator)
     b = h.launch(lib, case, checked=False)
     assert a.code == b.code == 0
     assert np.array_equal(a.out, b.out)
+
+
+def test_concurrent_launches_from_host_threads(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Runners on different host threads launch at the same time (ctypes drops the GIL): same results."""
+    cases = [h.make_case(rng, [300 + 50 * i, 77], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32,
+                         strategy=("bn", "split_kv")[i % 2]) for i in range(4)]
+    expected = [h.launch(lib, c, threads=1).out.copy() for c in cases]
+    got: dict[int, list[np.ndarray]] = defaultdict(list)
+
+    def worker(i: int) -> None:
+        for _ in range(5):
+            run = h.launch(lib, cases[i], threads=2)
+            assert run.code == 0
+            got[i].append(run.out.copy())
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for i, want in enumerate(expected):
+        assert len(got[i]) == 5 and all(np.array_equal(want, o) for o in got[i])
+
+
+def test_launch_in_a_forked_child(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """The helper-thread pool does not survive fork(); the child must re-create it instead of hanging."""
+    case = h.make_case(rng, [200, 100], num_heads=4, num_kv_heads=2, head_dim=32, block_size=16, strategy="bn")
+    parent = h.launch(lib, case, threads=2)
+    assert parent.code == 0
+    pid = os.fork()
+    if pid == 0:  # child: exit status 0 only if the launch finishes with the parent's result
+        try:
+            child = h.launch(lib, case, threads=2)
+            os._exit(0 if child.code == 0 and np.array_equal(child.out, parent.out) else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("a launch in a forked child hung")
 
 
 def test_binding_is_per_thread(lib: ctypes.CDLL, rng: np.random.Generator) -> None:

@@ -195,7 +195,20 @@ KNOWN_SPLITS = [
     ((64, 32, 8, 2048), (0, None, "bn", None, None, 1)),
     ((256, 16, 1, 8192), (0, None, "bn", None, None, 1)),  # ATB's batch guard: no split-KV for a big batch
     ((32, 32, 8, 8192), (0, None, "bn", None, None, 1)),  # the upstream o_core overflow shape
+    # Departure 8: ATB's BN grid would give 2 of a group's 4 heads per task (and 6 of 16); whole groups
+    # with KV ranges read each K/V tile once.
+    ((1, 32, 8, 4096), (16, 24, "split_kv", 4, 1408, 3)),
+    ((8, 16, 1, 1024), (16, 24, "split_kv", 16, 384, 3)),
 ]
+
+
+@pytest.mark.parametrize(("dims", "atb_head_split"), [((1, 32, 8, 4096), 2), ((8, 16, 1, 1024), 6)])
+def test_forced_bn_keeps_atb_head_split(dims: tuple[int, int, int, int], atb_head_split: int) -> None:
+    batch, hq, hkv, kv = dims
+    plan = make_plan(Shape(lens=(kv,) * batch, num_heads=hq, num_kv_heads=hkv, head_dim=128, block_size=128,
+                           max_pages=kv // 128, core_count=24, strategy="bn", dtype="fp16"))
+    assert plan.strategy == "bn"
+    assert word(plan, abi.TilingWord.FORMER_HEAD) == atb_head_split
 
 
 @pytest.mark.parametrize(("dims", "expected"), KNOWN_SPLITS, ids=lambda v: "x".join(map(str, v)) if v else "")
@@ -261,3 +274,22 @@ def test_negative_control_overlapping_head_chunks_are_caught() -> None:
     assert word(plan, abi.TilingWord.FORMER_HEAD) < plan.num_heads
     wider = _corrupt(plan, abi.TilingWord.NUMHEADS, plan.num_heads * 2)  # more chunks than heads exist
     assert access_problems(wider)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes())
+def test_auto_keeps_kv_groups_whole(shape: Shape) -> None:
+    """Departure 8: with strategy auto, no task holds part of a KV group when a whole one would fit."""
+    plan = make_plan(dataclasses.replace(shape, strategy="auto"))
+    group = shape.num_heads // shape.num_kv_heads
+    whole = min(group, abi.HEAD_SPLIT_LIMIT)
+    for task in enumerate_tasks(plan.tiling, plan.block_dim):
+        ends_at_last_head = task.head_start + task.head_count == shape.num_heads
+        assert task.head_count >= whole or ends_at_last_head, task
+
+
+def test_group_check_catches_a_split_group() -> None:
+    """Negative control: ATB's forced BN grid for b1 32q/8kv at 4K puts 2 of 4 group heads in a task."""
+    plan = make_plan(Shape(lens=(4096,), num_heads=32, num_kv_heads=8, head_dim=128, block_size=128,
+                           max_pages=32, core_count=24, strategy="bn", dtype="fp16"))
+    assert any(t.head_count < 4 for t in enumerate_tasks(plan.tiling, plan.block_dim))

@@ -161,28 +161,26 @@ def split_bn(
     )
 
 
-def split_kv(
-    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
+def _split_kv_grid(
+    batch: int, num_heads: int, num_kv_heads: int, kv_align: int, block_size: int, head_dim: int,
+    pages_per_split: int, head_split: int | None, core_count: int,
 ) -> CoreSplit:
-    """ATB's ``SplitCoreBNSND``: each sequence's pages are cut into kvCN ranges, combined afterwards."""
+    """The split-KV task grid for a split length; ``head_split=None`` applies ATB's head rule."""
     group = num_heads // num_kv_heads
-    kv_align = max(round_up(max_kv, block_size), block_size)
     kv_pages = kv_align // block_size
-    if is_long_sequence(max_kv, batch, core_count):
-        pages_per_split = ceil_div(kv_pages, core_count)
-    else:
-        pages_per_split = ceil_div(kv_pages, ceil_div(core_count, batch))
     # Departure 2: never more splits than the combine can hold.
     pages_per_split = max(pages_per_split, ceil_div(kv_pages, combine_split_limit(head_dim)))
     kv_split_tokens = pages_per_split * block_size
     kv_core_num = ceil_div(kv_align, kv_split_tokens)
-    cores_per_kv = 1
-    if batch * kv_core_num < core_count * SPLIT_HEAD_CORE_RATIO:
-        cores_per_kv = ceil_div(core_count, batch * kv_core_num)
-    head_split = _head_split(num_heads, cores_per_kv, group)
+    if head_split is None:
+        cores_per_kv = 1
+        if batch * kv_core_num < core_count * SPLIT_HEAD_CORE_RATIO:
+            cores_per_kv = ceil_div(core_count, batch * kv_core_num)
+        head_split = _head_split(num_heads, cores_per_kv, group)
     tasks = ceil_div(num_heads, head_split) * batch * kv_core_num
     return CoreSplit(
-        strategy="split_kv",
+        # A "split" into one range is a BN grid: say what the kernel will do, not what was asked.
+        strategy="split_kv" if kv_core_num > 1 else "bn",
         block_dim=max(1, min(tasks, core_count)),
         former_batch=batch,
         former_head=head_split,
@@ -194,6 +192,48 @@ def split_kv(
         kv_core_num=kv_core_num,
         task_count=tasks,
     )
+
+
+def _kv_align(max_kv: int, block_size: int) -> int:
+    return max(round_up(max_kv, block_size), block_size)
+
+
+def split_kv(
+    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
+) -> CoreSplit:
+    """ATB's ``SplitCoreBNSND``: each sequence's pages are cut into kvCN ranges, combined afterwards."""
+    kv_align = _kv_align(max_kv, block_size)
+    kv_pages = kv_align // block_size
+    if is_long_sequence(max_kv, batch, core_count):
+        pages_per_split = ceil_div(kv_pages, core_count)
+    else:
+        pages_per_split = ceil_div(kv_pages, ceil_div(core_count, batch))
+    return _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split, None,
+                          core_count)
+
+
+def split_kv_whole_groups(
+    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
+) -> CoreSplit:
+    """Departure 8: fill the cores by cutting the KV range, never a KV group, so K/V are read once.
+
+    Each task takes a whole group of query heads (at most ``HEAD_SPLIT_LIMIT``); the sequence is cut into
+    as many ranges as it takes for batch x groups x ranges to cover the cores.
+    """
+    group = num_heads // num_kv_heads
+    head_split = min(group, abi.HEAD_SPLIT_LIMIT)
+    head_tasks = ceil_div(num_heads, head_split) * batch
+    kv_align = _kv_align(max_kv, block_size)
+    pages_per_split = ceil_div(kv_align // block_size, ceil_div(core_count, head_tasks))
+    return _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split,
+                          head_split, core_count)
+
+
+def splits_a_group(split: CoreSplit, group: int) -> bool:
+    """Whether some task holds fewer heads of a KV group than a whole-group task could (K/V read again)."""
+    whole = min(group, abi.HEAD_SPLIT_LIMIT)
+    heads = [split.former_head] + ([split.tail_head] if split.tail_batch else [])
+    return any(h < whole for h in heads)
 
 
 def headnum_move(num_heads: int, num_kv_heads: int, head_dim: int) -> int:
@@ -212,8 +252,16 @@ def split_cores(
     core_count: int,
     strategy: Strategy,
 ) -> CoreSplit:
-    """Pick BN or split-KV (ATB's rule unless forced) and compute its task grid."""
+    """Pick BN or split-KV (ATB's rule unless forced) and compute its task grid.
+
+    In ``auto`` mode a grid that would cut a KV group across tasks is replaced by the whole-group split-KV
+    grid (departure 8): decode is memory-bound, and each extra task on a group reads its K/V again.
+    """
     chosen = choose_strategy(batch, num_heads, max_kv, core_count, strategy)
     if chosen == "bn":
-        return split_bn(batch, num_heads, num_kv_heads, max_kv, block_size, core_count)
-    return split_kv(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+        split = split_bn(batch, num_heads, num_kv_heads, max_kv, block_size, core_count)
+    else:
+        split = split_kv(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+    if strategy == "auto" and max_kv > 0 and splits_a_group(split, num_heads // num_kv_heads):
+        return split_kv_whole_groups(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+    return split
