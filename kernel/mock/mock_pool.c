@@ -1,8 +1,12 @@
 /*
  * Host threads of the mock device: the logical cores (block_idx 0 .. block_dim-1) of one phase are handed
- * out to a pool of host threads, each logical core running all of its tasks in order.  Results do not depend
- * on the pool: every output element is written by one task with fixed arithmetic.  An error is reported for
- * the lowest failing logical core; cores above a known failure are skipped.
+ * out to host threads, each logical core running all of its tasks in order.  Results do not depend on the
+ * threads: every output element is written by one task with fixed arithmetic.  An error is reported for the
+ * lowest failing logical core; cores above a known failure are skipped.
+ *
+ * Helper threads live in one persistent pool (created on first use, re-created in a forked child), so a
+ * launch costs a wake-up rather than thread creation.  Launches that use helpers take the pool in turn; a
+ * single-threaded launch runs on its calling thread alone.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -13,6 +17,8 @@
 
 #include "mock_internal.h"
 
+#define PA_POOL_MAX_HELPERS 255
+
 typedef struct pa_phase {
     const pa_launch *L;
     int combine;
@@ -20,6 +26,37 @@ typedef struct pa_phase {
     uint32_t first_failed;   /* atomic: lowest failing core so far (block_dim if none)                 */
     pa_mock_error *errors;   /* one record per logical core, written only on failure                    */
 } pa_phase;
+
+static struct {
+    pthread_mutex_t launch;  /* one pooled launch at a time                                             */
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    int helpers;             /* threads created                                                         */
+    int wanted;              /* helpers taking part in the current job                                  */
+    int pending;             /* of those, still running                                                 */
+    uint64_t generation;     /* bumped per job                                                          */
+    pa_phase *job;
+    uint64_t born[PA_POOL_MAX_HELPERS]; /* generation current when each helper was created              */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, {0}};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_key_t buf_key;
+
+static void reset_after_fork(void) {
+    /* The child has none of the parent's helpers; start over with fresh locks. */
+    pthread_mutex_init(&pool.launch, 0);
+    pthread_mutex_init(&pool.mu, 0);
+    pthread_cond_init(&pool.work, 0);
+    pthread_cond_init(&pool.done, 0);
+    pool.helpers = pool.wanted = pool.pending = 0;
+    pool.job = 0;
+}
+
+static void init_once(void) {
+    pthread_key_create(&buf_key, free);
+    pthread_atfork(0, 0, reset_after_fork);
+}
 
 int32_t pa_host_threads(int32_t requested) {
     if (requested > 0) {
@@ -33,12 +70,17 @@ int32_t pa_host_threads(int32_t requested) {
     return online > 0 ? (int32_t)online : 1;
 }
 
-static void *phase_worker(void *arg) {
-    pa_phase *ph = arg;
-    pa_worker_buf *buf = 0;
-    if (!ph->combine && posix_memalign((void **)&buf, PA_CACHE_LINE, sizeof *buf) != 0) {
-        buf = 0;
+/* The calling thread's vector-core buffer, kept for its next launches (freed when the thread exits). */
+static pa_worker_buf *thread_buffer(void) {
+    pa_worker_buf *buf = pthread_getspecific(buf_key);
+    if (!buf && posix_memalign((void **)&buf, PA_CACHE_LINE, sizeof *buf) == 0) {
+        pthread_setspecific(buf_key, buf);
     }
+    return buf;
+}
+
+static void run_cores(pa_phase *ph) {
+    pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
     for (;;) {
         uint32_t core = __atomic_fetch_add(&ph->next_core, 1, __ATOMIC_RELAXED);
         if (core >= ph->L->block_dim) {
@@ -63,11 +105,62 @@ static void *phase_worker(void *arg) {
             }
         }
     }
-    free(buf);
+}
+
+static void *helper_main(void *arg) {
+    intptr_t index = (intptr_t)arg;
+    pthread_mutex_lock(&pool.mu);
+    uint64_t seen = pool.born[index]; /* a helper created for a job must still see that job */
+    for (;;) {
+        while (pool.generation == seen) {
+            pthread_cond_wait(&pool.work, &pool.mu);
+        }
+        seen = pool.generation;
+        if (index >= pool.wanted) {
+            continue;
+        }
+        pa_phase *job = pool.job;
+        pthread_mutex_unlock(&pool.mu);
+        run_cores(job);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.pending == 0) {
+            pthread_cond_signal(&pool.done);
+        }
+    }
     return 0;
 }
 
+/* Runs ph on the calling thread plus up to `helpers` pool threads (fewer if they cannot be created). */
+static void run_pooled(pa_phase *ph, int helpers) {
+    pthread_mutex_lock(&pool.launch);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.helpers < helpers) {
+        pthread_t id;
+        pool.born[pool.helpers] = pool.generation;
+        if (pthread_create(&id, 0, helper_main, (void *)(intptr_t)pool.helpers) != 0) {
+            break;
+        }
+        pthread_detach(id);
+        ++pool.helpers;
+    }
+    pool.wanted = helpers < pool.helpers ? helpers : pool.helpers;
+    pool.pending = pool.wanted;
+    pool.job = ph;
+    ++pool.generation;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mu);
+    run_cores(ph);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0) {
+        pthread_cond_wait(&pool.done, &pool.mu);
+    }
+    pool.job = 0;
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool.launch);
+}
+
 int32_t pa_run_phase(const pa_launch *L, int combine, pa_mock_error *e) {
+    pthread_once(&once, init_once);
     pa_phase ph = {L, combine, 0, L->block_dim, 0};
     ph.errors = calloc(L->block_dim, sizeof *ph.errors);
     if (!ph.errors) {
@@ -77,18 +170,12 @@ int32_t pa_run_phase(const pa_launch *L, int combine, pa_mock_error *e) {
     if ((uint32_t)threads > L->block_dim) {
         threads = (int32_t)L->block_dim;
     }
-    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
-    int32_t started = 0;
-    for (int32_t i = 1; ids && i < threads; ++i) {
-        if (pthread_create(&ids[started], 0, phase_worker, &ph) == 0) {
-            ++started;
-        }
+    int helpers = threads - 1 < PA_POOL_MAX_HELPERS ? threads - 1 : PA_POOL_MAX_HELPERS;
+    if (helpers > 0) {
+        run_pooled(&ph, helpers);
+    } else {
+        run_cores(&ph);
     }
-    phase_worker(&ph);
-    for (int32_t i = 0; i < started; ++i) {
-        pthread_join(ids[i], 0);
-    }
-    free(ids);
     int32_t rc = PA_OK;
     if (ph.first_failed < L->block_dim) {
         *e = ph.errors[ph.first_failed];
