@@ -18,8 +18,8 @@ typedef struct {
 #define PA_QK_BLOCK 4
 #define PA_QK_WIDE_ROWS 4
 #define PA_SIMD_ALIGN 32
-#define PA_PV_ROWS 2
-#define PA_PV_CHUNKS 2
+#define PA_PV_ROWS 4
+#define PA_PV_CHUNKS 1
 #define PA_HALF_LANES 8
 #define PA_ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define PA_PACK_ORDER 0xD8 /* 64-bit lanes 0, 2, 1, 3: undo the per-128-bit-lane interleave of packus */

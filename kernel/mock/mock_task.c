@@ -20,8 +20,6 @@ typedef struct pa_tile {
     uint16_t *p;
 } pa_tile;
 
-#define PA_PREFETCH_LOCALITY 2      /* __builtin_prefetch: keep in the outer caches (L2)              */
-#define PA_PREFETCH_BLOCK_TOKENS 32 /* tokens computed between two prefetch bursts                        */
 
 static uint32_t round16(uint32_t x) {
     return (x + PA_TILE_ALIGN_TOKENS - 1) / PA_TILE_ALIGN_TOKENS * PA_TILE_ALIGN_TOKENS;
@@ -44,38 +42,28 @@ static int32_t block_id(const pa_launch *L, const pa_task *T, uint32_t tok, int6
     return PA_OK;
 }
 
-/* Pull K or V rows [first, first + n) of the task (clipped to its range) towards the core: pages are
- * scattered, so the hardware prefetchers cannot find them.  Invalid block ids are skipped here and reported
- * when those tokens are computed. */
-static void prefetch_rows(const pa_launch *L, const pa_task *T, uint32_t first, uint32_t n, const uint16_t *cache) {
-    uint32_t end = T->tok0 + T->len;
-    if (first >= end) {
-        return;
+/* The rows `ahead` tokens after [tok, tok + count) (the same rows of the next tile: a run inside one page), or
+ * NULL when they lie past the task or their block id is invalid (reported when they are computed). */
+static const uint16_t *rows_ahead(const pa_launch *L, const pa_task *T, uint32_t tok, uint32_t ahead,
+                                  const uint16_t *cache, uint32_t kvh) {
+    uint64_t target = (uint64_t)tok + ahead;
+    if (target >= (uint64_t)T->tok0 + T->len) {
+        return 0;
     }
-    end = end - first > n ? first + n : end;
-    const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
-    const uint32_t kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
-    const int64_t bytes = (int64_t)(kvh1 - kvh0 + 1) * L->head_dim * PA_HALF_BYTES;
-    const int64_t row = pa_slot_word(L, T->slot, PA_BF_BATCH_IDX);
-    for (uint32_t tok = first; tok < end; ++tok) {
-        int64_t index = row * L->max_blocks + tok / L->block_size;
-        if (index < 0 || index >= L->extent[PA_ARG_BLOCK_TABLES]) {
-            return;
-        }
-        int64_t id = L->block_tables[index];
-        if (id < 0 || id >= L->cfg.num_blocks) {
-            continue;
-        }
-        const char *src = (const char *)(cache + (id * L->block_size + tok % L->block_size) * row_stride +
-                                         (int64_t)kvh0 * L->head_dim);
-        for (int64_t b = 0; b < bytes; b += PA_CACHE_LINE) {
-            __builtin_prefetch(src + b, 0, PA_PREFETCH_LOCALITY);
-        }
+    int64_t index = (int64_t)pa_slot_word(L, T->slot, PA_BF_BATCH_IDX) * L->max_blocks + target / L->block_size;
+    if (index < 0 || index >= L->extent[PA_ARG_BLOCK_TABLES]) {
+        return 0;
     }
+    int64_t id = L->block_tables[index];
+    if (id < 0 || id >= L->cfg.num_blocks) {
+        return 0;
+    }
+    return cache + (id * L->block_size + target % L->block_size) * (int64_t)L->kv_heads * L->head_dim +
+           (int64_t)kvh * L->head_dim;
 }
 
-/* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0).  Every
- * PA_PREFETCH_BLOCK_TOKENS tokens it prefetches the same rows of the next tile. */
+/* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0), prefetching the
+ * same rows of the next tile as it goes (pages are scattered: the hardware prefetchers cannot find them). */
 static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
                          pa_mock_error *e) {
     const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
@@ -84,7 +72,7 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
     const int32_t slot = qk ? PA_ARG_K : PA_ARG_V;
     const uint16_t *cache = qk ? L->k : L->v;
     for (uint32_t tok = t->tok; tok < t->tok + t->len;) {
-        uint32_t off = tok % L->block_size;
+        uint32_t off = tok % L->block_size, col = tok - t->tok;
         uint32_t count = L->block_size - off < t->tok + t->len - tok ? L->block_size - off : t->tok + t->len - tok;
         int64_t id;
         int32_t rc = block_id(L, T, tok, &id, e);
@@ -97,28 +85,35 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
         if (rc) {
             return rc;
         }
-        for (uint32_t sub = 0; sub < count; sub += PA_PREFETCH_BLOCK_TOKENS) {
-            uint32_t n = count - sub < PA_PREFETCH_BLOCK_TOKENS ? count - sub : PA_PREFETCH_BLOCK_TOKENS;
-            uint32_t col = tok - t->tok + sub;
-            for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
-                uint32_t h_lo = kvh * L->group > T->head0 ? kvh * L->group : T->head0;
-                uint32_t h_hi = (kvh + 1) * L->group < T->head0 + T->heads ? (kvh + 1) * L->group
-                                                                            : T->head0 + T->heads;
-                uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
-                const uint16_t *kv = cache + base + (int64_t)sub * row_stride + (int64_t)kvh * d;
-                if (qk) {
-                    L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, n,
-                               t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16);
-                } else {
-                    L->ops->pv(buf->p_f32 + (int64_t)r0 * t->cols + col, t->cols, rows, kv, row_stride, n, d,
-                               t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16);
-                }
+        for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
+            uint32_t h_lo = kvh * L->group > T->head0 ? kvh * L->group : T->head0;
+            uint32_t h_hi = (kvh + 1) * L->group < T->head0 + T->heads ? (kvh + 1) * L->group : T->head0 + T->heads;
+            uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
+            const uint16_t *kv = cache + base + (int64_t)kvh * d;
+            const uint16_t *next = rows_ahead(L, T, tok, L->tile_tokens, cache, kvh);
+            if (qk) {
+                L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, count,
+                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16, next);
+            } else {
+                L->ops->pv(buf->p_f32 + (int64_t)r0 * t->cols + col, t->cols, rows, kv, row_stride, count, d,
+                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16, next);
             }
-            prefetch_rows(L, T, tok + sub + L->tile_tokens, n, cache);
         }
         tok += count;
     }
     return PA_OK;
+}
+
+/* Before the first tile: its rows, so the task does not start on a cold cache. */
+static void prefetch_first_tile(const pa_launch *L, const pa_task *T) {
+    uint32_t kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
+    uint32_t end = T->len < L->tile_tokens ? T->len : L->tile_tokens;
+    for (uint32_t j = 0; j < end; ++j) {
+        for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
+            pa_prefetch_row(rows_ahead(L, T, T->tok0, j, L->k, kvh), (int32_t)L->head_dim);
+            pa_prefetch_row(rows_ahead(L, T, T->tok0, j, L->v, kvh), (int32_t)L->head_dim);
+        }
+    }
 }
 
 static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
@@ -238,8 +233,7 @@ static int32_t run_task(const pa_launch *L, pa_task *T, uint32_t core, int whole
     }
     L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->bf16);
     uint32_t tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
-    prefetch_rows(L, T, T->tok0, PA_PREFETCH_BLOCK_TOKENS, L->k);
-    prefetch_rows(L, T, T->tok0, PA_PREFETCH_BLOCK_TOKENS, L->v);
+    prefetch_first_tile(L, T);
     for (uint32_t index = 0; index < tiles; ++index) {
         pa_tile t;
         if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, e))) {
