@@ -203,5 +203,7 @@
 #define PA_ERR_NULL_POINTER 6     /* a pointer the key needs is NULL                                      */
 #define PA_ERR_BAD_LAUNCH 7       /* block_dim of 0 or larger than the scratch holds, or no config        */
 #define PA_ERR_INTERNAL 8         /* a simulated device fault (sim: deadlock timeout, on-chip overflow)   */
+/* Pointer hygiene: PA_ERR_NULL_POINTER also reports a non-NULL mask pointer (a kernel that gates the mask on
+ * the pointer, as the upstream PR form does, would read it out of bounds; research note §9.11). */
 
 #endif /* PA_KERNEL_ABI_H */

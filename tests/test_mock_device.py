@@ -102,6 +102,16 @@ def test_matches_golden(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, 
     assert_close(case, run.out)
 
 
+@pytest.mark.parametrize("strategy", ["bn", "split_kv"])
+def test_long_context(lib: ctypes.CDLL, rng: np.random.Generator, strategy: str) -> None:
+    """32K tokens: 256 tiles in one BN task, or the maximum split count of split-KV."""
+    case = h.make_case(rng, [32768, 17, 0, 5000], num_heads=8, num_kv_heads=1, head_dim=128, block_size=128,
+                       dtype="bf16", strategy=strategy)
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("strategy", ["bn", "split_kv"])
 def test_split_block_keys(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, strategy: str) -> None:
