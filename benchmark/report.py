@@ -170,7 +170,8 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
     for r in records:
         note = r.plan or ""
         if r.host_launch_us is not None:
-            note += f", host {r.host_launch_us:.3g} µs"
+            digits = 2 if r.host_launch_us < 10 else 0
+            note += f", host {r.host_launch_us:.{digits}f} µs"
         if r.status != STATUS_OK:
             note = f"{r.status}; {note}" if note else r.status
         rows.append([
