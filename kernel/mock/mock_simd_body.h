@@ -59,13 +59,17 @@ PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_
         acc[i] = v_zero();
     }
     for (int32_t c = 0; c < d; c += PA_LANES) {
+        V16 qc[PA_QK_WIDE_ROWS];
+        for (int h = 0; h < hb; ++h) {
+            qc[h] = v_loadu(q + (int64_t)h * d + c);
+        }
         for (int t = 0; t < tb; ++t) {
             if (t >= nt) {
                 break;
             }
             V16 kc = v_widen(k + (int64_t)t * k_stride + c, bf16);
             for (int h = 0; h < hb; ++h) {
-                acc[t * hb + h] = v_fma(v_loadu(q + (int64_t)h * d + c), kc, acc[t * hb + h]);
+                acc[t * hb + h] = v_fma(qc[h], kc, acc[t * hb + h]);
             }
         }
     }
