@@ -20,11 +20,12 @@
 
 #define PA_PREFETCH_LOCALITY 2 /* __builtin_prefetch: keep in the outer caches                            */
 #define PA_LINE_BYTES 64
+#define PA_IN_ELEM_BYTES 2 /* fp16 / bf16                                                                 */
 
 /* Prefetch one K/V row of `d` IN-dtype values (no-op for NULL). */
 static inline void pa_prefetch_row(const uint16_t *row, int32_t d) {
     if (row) {
-        for (int32_t b = 0; b < d * 2; b += PA_LINE_BYTES) {
+        for (int32_t b = 0; b < d * PA_IN_ELEM_BYTES; b += PA_LINE_BYTES) {
             __builtin_prefetch((const char *)row + b, 0, PA_PREFETCH_LOCALITY);
         }
     }

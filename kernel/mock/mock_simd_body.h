@@ -15,6 +15,7 @@
 #endif
 
 #define PA_INLINE static inline __attribute__((always_inline))
+#define PA_QK_PAIR_ROWS 2 /* the row block between PA_QK_WIDE_ROWS and single rows                        */
 
 PA_INLINE V16 v_exp(V16 x) {
     x = v_min(v_set1(PA_EXP_HI), x);
@@ -108,8 +109,8 @@ static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, 
     for (; r + PA_QK_WIDE_ROWS <= rows; r += PA_QK_WIDE_ROWS) {
         PA_QK_CALL(PA_QK_WIDE_ROWS)
     }
-    for (; r + 2 <= rows; r += 2) {
-        PA_QK_CALL(2)
+    for (; r + PA_QK_PAIR_ROWS <= rows; r += PA_QK_PAIR_ROWS) {
+        PA_QK_CALL(PA_QK_PAIR_ROWS)
     }
     for (; r < rows; ++r) {
         PA_QK_CALL(1)
