@@ -35,7 +35,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / PA_NS_PER_S;
 }
 
-__attribute__((target_clones("avx2", "default"))) static uint64_t sum_words(const uint64_t *p, uint64_t n) {
+#if defined(__x86_64__)
+#define PA_SUM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PA_SUM_CLONES
+#endif
+
+PA_SUM_CLONES static uint64_t sum_words(const uint64_t *p, uint64_t n) {
     uint64_t acc[PA_SUM_WAYS] = {0};
     uint64_t i = 0;
     for (; i + PA_SUM_WAYS <= n; i += PA_SUM_WAYS) {
