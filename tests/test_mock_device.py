@@ -152,6 +152,32 @@ def test_golden_check_catches_a_wrong_scale(lib: ctypes.CDLL, rng: np.random.Gen
         assert_close(case, run.out)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("n", [2, 37])
+def test_rounding_matches_torch_bit_for_bit(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, n: int) -> None:
+    """Scale 0 makes every P exactly 1, so the output is (sum of V rows per 32-token tile, tiles added) / n in
+    fp32, rounded once to the dtype: reproducible exactly with float32 numpy and torch's round-to-nearest-even."""
+    case = h.make_case(rng, [n, n], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype=dtype,
+                       scale=0.0, strategy="bn")
+    assert case.plan.tile_tokens == 32
+    v = h.from_bits(case.v, dtype).astype(np.float32)
+    want = np.zeros(case.q.shape, dtype=np.float32)
+    for b in range(len(case.lens)):
+        rows = v[case.block_table[b, : math.ceil(n / 16)]].reshape(-1, 2, 64)[:n]
+        total = np.zeros((2, 64), dtype=np.float32)
+        for start in range(0, n, 32):
+            tile = np.zeros((2, 64), dtype=np.float32)
+            for row in rows[start:start + 32]:
+                tile = tile + row
+            total = total + tile
+        want[b] = np.repeat(total / np.float32(n), 2, axis=0)
+    paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
+    for isa in paths:
+        run = h.launch(lib, case, isa=isa)
+        assert run.code == 0, run.error.message
+        assert np.array_equal(run.out, h.to_bits(want, dtype)), mock_api.Isa(isa).name
+
+
 # ---- faithfulness of the scratch round trip -------------------------------------------------------------
 
 def test_scratch_holds_the_last_tile_at_kernel_strides(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
