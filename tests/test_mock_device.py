@@ -547,7 +547,18 @@ HEADER_CORRUPTIONS = {
     "kvcn_without_split_key": (Word.KVCORENUM, 2, "bn"),
     "kvcn_over_combine_limit": (Word.KVCORENUM, 200, "split_kv"),
     "tail_in_split_kv": (Word.TAIL_BATCH, lambda t: _move_to_tail(t, 1), "split_kv"),
+    "tail_head_over_limit": (Word.TAIL_HEAD, lambda t: _tail_with_head(t, 9), "bn"),
+    "headnum_move": (Word.HEADNUM_MOVE, 3, "bn"),
+    "quantype": (Word.QUANTYPE, 1, "bn"),
+    "head_dim_over_max": (Word.HEADDIM, abi.MAX_HEAD_DIM + 16, "bn"),
+    "decoder_bs_zero": (Word.DECODER_BS, 0, "bn"),
 }
+
+
+def _tail_with_head(tiling: np.ndarray, heads: int) -> int:
+    """A one-sequence tail pass; returns the TAIL_HEAD word to set."""
+    tiling[Word.TAIL_BATCH] = _move_to_tail(tiling, 1)
+    return heads
 
 
 def _move_to_tail(tiling: np.ndarray, batches: int) -> int:
@@ -566,6 +577,30 @@ def test_corrupted_header_word(lib: ctypes.CDLL, rng: np.random.Generator, name:
     tiling[word] = value(tiling) if callable(value) else value
     e = expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=word)
     assert e.message
+
+
+def test_split_block_tile_must_divide_the_page(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [300], num_heads=4, num_kv_heads=2, head_dim=256, block_size=128, strategy="bn")
+    assert case.plan.key & abi.KEY_SPLIT_BLOCK_BIT
+    tiling = case.plan.tiling.copy()
+    tiling[Word.BLOCKSIZE_CALC] = 96
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=Word.BLOCKSIZE_CALC)
+
+
+def test_l_offset_beyond_32_bits(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """The kernel keeps the l offset in a uint32: an offset that would wrap is a tiling error."""
+    case = h.make_case(rng, [600, 900], num_heads=4, num_kv_heads=2, head_dim=32, block_size=32, strategy="split_kv")
+    tiling = case.plan.tiling.copy()
+    set_pair(tiling, 1, Field.ADDR_L_HI, Field.ADDR_L_LO, 2**32 - 2)
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING,
+           element_offset=abi.batch_word(1, Field.ADDR_L_HI), seq=1)
+
+
+def test_tiling_pointer_and_header_extent(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = _tiling_case(rng)
+    expect(h.launch(lib, case, pointers={Slot.TILING: None}), Err.NULL_POINTER, Slot.TILING)
+    expect(h.launch(lib, case, extents={Slot.TILING: 4 * (abi.TILING_HEADER_WORDS - 1)}), Err.OUT_OF_BOUNDS,
+           Slot.TILING, extent_elems=abi.TILING_HEADER_WORDS - 1)
 
 
 def test_scratch_half_overflow(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
