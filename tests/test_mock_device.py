@@ -102,6 +102,19 @@ def test_matches_golden(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, 
     assert_close(case, run.out)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_bn_tail_pass(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str) -> None:
+    """Ten ragged sequences: eight in the former pass, the two longest in a tail pass with 3-head tasks."""
+    lens = [int(n) for n in rng.integers(0, 400, size=10)]
+    lens[3] = 0
+    case = h.make_case(rng, lens, num_heads=32, num_kv_heads=8, head_dim=64, block_size=16, dtype=dtype,
+                       strategy="bn")
+    assert case.plan.split.tail_batch == 2 and case.plan.split.tail_head == 3
+    run = h.launch(lib, case)
+    assert run.code == 0, run.error.message
+    assert_close(case, run.out)
+
+
 @pytest.mark.parametrize("strategy", ["bn", "split_kv"])
 def test_long_context(lib: ctypes.CDLL, rng: np.random.Generator, strategy: str) -> None:
     """32K tokens: 256 tiles in one BN task, or the maximum split count of split-KV."""
