@@ -681,6 +681,36 @@ def test_num_blocks_must_be_bound(lib: ctypes.CDLL, rng: np.random.Generator) ->
     expect(h.launch(lib, _tiling_case(rng), num_blocks=0), Err.BAD_LAUNCH)
 
 
+FUZZ_TRIALS = 400
+FUZZ_VALUES = (0, 1, 2, 7, 16, 17, 44, 127, 128, 1000, 2**16, 2**31 - 1, 2**31, 2**32 - 1)
+
+
+def test_corrupted_tilings_never_fault(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """Checked mode is memory-safe whatever the tiling says: one to three random words of a valid tiling are
+    overwritten per trial; every launch returns PA_OK or an error code.  Runs in a forked child so that a
+    fault fails this test (with the trial) instead of killing the run."""
+    cases = [_tiling_case(rng, "bn"), _tiling_case(rng, "split_kv")]
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+            for trial in range(FUZZ_TRIALS):
+                case = cases[trial % 2]
+                tiling = case.plan.tiling.copy()
+                for _ in range(int(rng.integers(1, 4))):
+                    word = int(rng.integers(0, tiling.size))
+                    tiling[word] = FUZZ_VALUES[int(rng.integers(0, len(FUZZ_VALUES)))] if rng.random() < 0.7 \
+                        else int(rng.integers(0, 2**32))
+                code = h.launch(lib, case, tiling=tiling).code
+                if code not in {int(c) for c in Err}:
+                    status = 3
+                    break
+        finally:
+            os._exit(status)
+    _, wait_status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(wait_status) == 0, f"child exit {os.waitstatus_to_exitcode(wait_status)}"
+
+
 def test_errors_are_deterministic(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     case = h.make_case(rng, [700, 900, 1200, 300], num_heads=8, num_kv_heads=2, head_dim=64, block_size=64,
                        strategy="split_kv")
