@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"pa-kit benchmark: backend {backend}, {len(shapes)} shape(s), baselines {', '.join(baselines) or 'none'}")
     device = describe_device(backend, peak_gb_per_s=args.peak_gbs, bandwidth_probe_bytes=args.bandwidth_mib * MIB)
-    log(f"device {device.kind}: peak {device.peak_gb_per_s} GB/s ({device.peak_source})")
+    peak = "unknown" if device.peak_gb_per_s is None else f"{device.peak_gb_per_s:.1f} GB/s"
+    log(f"device {device.kind}: peak {peak} ({device.peak_source})")
     policy = timing_policy(args, backend, device.flush_bytes)
     if baseline_report is not None:  # refuse before spending minutes measuring
         try:
@@ -186,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
                            core_count=args.core_count, strategy=args.strategy)
     overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)
-    log(f"launch overhead: {overhead.runner_noop_us} µs per runner launch into call_kernel_noop "
-        f"({overhead.split_kv_runner_noop_us} µs split-KV)")
+    log(f"launch overhead: {overhead.runner_noop_us or 0:.2f} µs per runner launch into call_kernel_noop "
+        f"({overhead.split_kv_runner_noop_us or 0:.2f} µs split-KV){'; ' + overhead.note if overhead.note else ''}")
     suite = Suite(options, device, log=log)
     records = []
     start = cpu_snapshot()
