@@ -27,248 +27,26 @@ import argparse
 import dataclasses
 import math
 import sys
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
 
-from launcher import KernelContractError, PagedAttentionRunner, paged_attention
-from launcher.backends import Backend, MockBackend, SimBackend
-from tiling import abi
-
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-# Tolerance: |out - golden| <= atol + rtol * |golden|, elementwise.
-# Justification (measured with torch 2.13 on CPU, fixed seeds, 8 q heads x head_dim 64/128/256 x context
-# 2..4096 tokens, standard-normal q/k/v): torch's own attention computed in the low precision
-# (softmax(q @ k.T * scale) @ v with every tensor fp16 or bf16) against this file's float64 golden reaches
-#   fp16: max abs error 1.25e-3, and at most 0.89 x (1e-3 + 2e-3 |golden|);
-#   bf16: max abs error 7.3e-3,  and at most 0.82 x (8e-3 + 1.6e-2 |golden|).
-# The kernels round the same quantities (P to the input dtype before P.V, the output once), so we allow
-# twice torch's error, as flash-attention's tests do.  test_tolerances_are_twice_torch_low_precision_error
-# re-measures this and fails if the table drifts from "about 2x".
-TOLERANCES: dict[str, tuple[float, float]] = {"fp16": (2e-3, 4e-3), "bf16": (1.6e-2, 3.2e-2)}
-#: Entries written past each sequence's last page: never read by the kernel, rejected if it did.
-JUNK_IDS = (-1, 2**31 - 1, -(2**31), 1 << 30)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One accuracy case.  ``spare_pages`` more pages than needed exist in the cache (shuffled ids);
-    ``shared_pool`` pages are drawn with repetition from a pool of that size instead (big batch x long
-    context in little memory)."""
-
-    name: str
-    lens: tuple[int, ...]
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    block_size: int
-    dtype: str = "fp16"
-    strategy: str = "auto"
-    spare_pages: int = 7
-    extra_columns: int = 3
-    shared_pool: int = 0
-    core_count: int | None = None
-    slow: bool = False
-
-    @property
-    def seed(self) -> int:
-        return zlib.crc32(self.name.encode())
-
-    @property
-    def ratio(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
-    def describe(self) -> str:
-        return (f"b{len(self.lens)} h{self.num_heads}/{self.num_kv_heads} d{self.head_dim} bs{self.block_size} "
-                f"{self.dtype} max_kv {max(self.lens)}")
-
-
-def _edge(bs: int, *more: int) -> tuple[int, ...]:
-    """Lengths at the page edges (1, bs-1, bs+1, empty) plus ``more``."""
-    return (1, bs - 1, bs + 1, 0, *more)
-
-
-# Pairwise coverage: every ratio (1..64 and MQA), head_dim, block_size, dtype and strategy appears, each
-# value with several partners; test_case_table_covers_the_required_values keeps it that way.
-CASES: tuple[Case, ...] = (
-    Case("mha_d128_bs128", _edge(128, 300), 8, 8, 128, 128, "fp16"),
-    Case("gqa2_d64_bs16_splitkv", _edge(16, 100, 1000), 16, 8, 64, 16, "bf16", "split_kv"),
-    Case("gqa4_d96_bs32_bn", _edge(32, 500), 16, 4, 96, 32, "fp16", "bn"),
-    Case("gqa5_d128_bs64", _edge(64, 1000), 10, 2, 128, 64, "bf16"),
-    Case("gqa8_d256_bs128_splitkv", _edge(128, 2000), 32, 4, 256, 128, "fp16", "split_kv"),
-    Case("gqa16_d64_bs256_bn", _edge(256, 3000), 32, 2, 64, 256, "bf16", "bn"),
-    Case("gqa32_d128_bs512", _edge(512, 2500), 64, 2, 128, 512, "fp16"),
-    Case("gqa64_d96_bs16_splitkv", _edge(16, 200), 128, 2, 96, 16, "bf16", "split_kv"),
-    Case("mqa_d256_bs32", _edge(32, 777), 8, 1, 256, 32, "bf16"),
-    Case("mqa64_d64_bs512_splitkv", _edge(512, 1500), 64, 1, 64, 512, "fp16", "split_kv"),
-    Case("mha_d96_bs256_splitkv", _edge(256, 900), 4, 4, 96, 256, "bf16", "split_kv"),
-    Case("gqa2_d256_bs512_bn", _edge(512, 1100), 4, 2, 256, 512, "fp16", "bn"),
-    Case("gqa4_d256_bs64", _edge(64, 640), 8, 2, 256, 64, "bf16"),
-    Case("gqa8_d64_bs32_bn", _edge(32, 2049), 32, 4, 64, 32, "bf16", "bn"),
-    Case("gqa16_d96_bs128_splitkv", _edge(128, 1700), 16, 1, 96, 128, "fp16", "split_kv"),
-    Case("gqa32_d256_bs16", _edge(16, 333), 32, 1, 256, 16, "bf16"),
-    Case("gqa5_d64_bs512_splitkv", _edge(512, 1025), 20, 4, 64, 512, "bf16", "split_kv"),
-    Case("gqa64_d128_bs64_bn", _edge(64, 700), 64, 1, 128, 64, "fp16", "bn"),
-    Case("mha_d64_bs16_many_seqs", tuple(range(0, 80, 3)), 4, 4, 64, 16, "fp16", core_count=7),
-    Case("single_token_batch", (1,) * 40, 16, 2, 128, 128, "bf16"),
-    Case("all_empty", (0, 0, 0), 8, 2, 128, 64, "fp16"),
-    Case("all_empty_splitkv", (0, 0), 8, 2, 64, 16, "bf16", "split_kv"),
-    Case("long16k_splitkv", (16_390, 3, 0), 8, 1, 128, 128, "fp16"),
-    Case("long16k_bn_bf16", (16_400, 16_383), 8, 2, 64, 64, "bf16", "bn"),
-    # Long-sequence split-KV just under ATB's batch guard: o_core must hold B x Hq x kvCN x D.
-    Case("splitkv_guard_b16_kv8k", tuple(8192 - 37 * i for i in range(16)), 32, 8, 128, 128, "fp16",
-         shared_pool=96),
-    # The upstream o_core overflow shape (b32 h32/8 kv 8192): ATB's batch guard makes it BN here.
-    Case("upstream_overflow_b32_kv8k", tuple(8192 - 5 * i for i in range(32)), 32, 8, 128, 128, "fp16",
-         shared_pool=96),
-    Case("upstream_overflow_b256_mqa", tuple(8192 - i for i in range(256)), 16, 1, 128, 128, "bf16",
-         shared_pool=96, slow=True),
-    Case("long32k_splitkv_d256", (32_768, 20_001), 16, 2, 256, 128, "bf16", "split_kv", slow=True),
+from accuracy.cases import CASES, DTYPES, TOLERANCES, Case
+from accuracy.harness import (
+    build_runner,
+    compare,
+    device_of,
+    golden,
+    launch_poisoned,
+    make_backend,
+    make_inputs,
+    poison,
+    run_case,
 )
-
-
-# ---- inputs and golden ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Inputs:
-    query: torch.Tensor
-    key_cache: torch.Tensor
-    value_cache: torch.Tensor
-    block_table: torch.Tensor
-    lens: tuple[int, ...]
-
-
-def make_inputs(case: Case) -> Inputs:
-    """Random q/k/v (standard normal) and a shuffled, junk-padded block table, on the CPU."""
-    gen = torch.Generator().manual_seed(case.seed)
-    dtype = DTYPES[case.dtype]
-    pages = [-(-n // case.block_size) for n in case.lens]
-    max_pages = max(1, max(pages)) + case.extra_columns
-    if case.shared_pool:
-        num_blocks = case.shared_pool
-        rows = [torch.randint(0, num_blocks, (n,), generator=gen) for n in pages]
-    else:
-        num_blocks = sum(pages) + case.spare_pages
-        ids = torch.randperm(num_blocks, generator=gen)
-        starts = np.cumsum([0, *pages])
-        rows = [ids[starts[i]:starts[i + 1]] for i in range(len(pages))]
-    table = torch.empty(len(case.lens), max_pages, dtype=torch.int32)
-    for seq, row in enumerate(rows):
-        junk = torch.tensor([JUNK_IDS[(seq + j) % len(JUNK_IDS)] for j in range(max_pages - row.numel())],
-                            dtype=torch.int32)
-        table[seq] = torch.cat([row.to(torch.int32), junk])
-    cache = (num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
-    return Inputs(
-        query=torch.randn(len(case.lens), case.num_heads, case.head_dim, generator=gen).to(dtype),
-        key_cache=torch.randn(cache, generator=gen).to(dtype),
-        value_cache=torch.randn(cache, generator=gen).to(dtype),
-        block_table=table, lens=case.lens,
-    )
-
-
-def golden(inputs: Inputs, scale: float) -> torch.Tensor:
-    """float64 attention, gathering each sequence's pages densely, one (sequence, KV head) at a time."""
-    batch, num_heads, head_dim = inputs.query.shape
-    _, block_size, num_kv_heads, _ = inputs.key_cache.shape
-    group = num_heads // num_kv_heads
-    out = torch.zeros(batch, num_heads, head_dim, dtype=torch.float64)
-    for seq, length in enumerate(inputs.lens):
-        if length == 0:
-            continue
-        pages = inputs.block_table[seq, :-(-length // block_size)].long()
-        keys = inputs.key_cache[pages].reshape(-1, num_kv_heads, head_dim)[:length]
-        values = inputs.value_cache[pages].reshape(-1, num_kv_heads, head_dim)[:length]
-        for kv_head in range(num_kv_heads):
-            heads = slice(kv_head * group, (kv_head + 1) * group)
-            q = inputs.query[seq, heads].double()
-            scores = q @ keys[:, kv_head].double().T * scale
-            out[seq, heads] = torch.softmax(scores, dim=-1) @ values[:, kv_head].double()
-    return out
-
-
-@dataclass(frozen=True)
-class Comparison:
-    max_abs_error: float
-    worst_index: tuple[int, int, int]
-    tolerance_there: float
-    worst_ratio: float
-    passed: bool
-
-    def summary(self) -> str:
-        return (f"max abs error {self.max_abs_error:.3e} at [seq, head, dim] = {list(self.worst_index)}, "
-                f"tolerance there {self.tolerance_there:.3e}, worst error/tolerance {self.worst_ratio:.3f}")
-
-
-def compare(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> Comparison:
-    """Elementwise check against ``atol + rtol * |golden|``; NaN/inf anywhere fails."""
-    atol, rtol = TOLERANCES[dtype]
-    error = (out.detach().cpu().double() - reference).abs()
-    error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
-    tolerance = atol + rtol * reference.abs()
-    ratio = error / tolerance
-    flat = int(torch.argmax(error).item()) if error.numel() else 0
-    index = tuple(int(i) for i in np.unravel_index(flat, tuple(error.shape))) if error.numel() else (0, 0, 0)
-    worst_ratio = float(ratio.max().item()) if ratio.numel() else 0.0
-    return Comparison(
-        max_abs_error=float(error.max().item()) if error.numel() else 0.0,
-        worst_index=index,  # type: ignore[arg-type]
-        tolerance_there=float(tolerance[index].item()) if error.numel() else atol,
-        worst_ratio=worst_ratio, passed=worst_ratio <= 1.0,
-    )
-
-
-# ---- running a case ------------------------------------------------------------------------------------
-def make_backend(name: str, num_threads: int = 0) -> Backend | str:
-    if name == "mock":
-        return MockBackend(num_threads=num_threads)
-    if name == "sim":
-        return SimBackend(num_threads=num_threads)
-    return name
-
-
-def device_of(backend_name: str) -> str:
-    return "npu" if backend_name == "npu" else "cpu"
-
-
-def build_runner(case: Case, inputs: Inputs, backend: Backend | str, device: str,
-                 **options: object) -> PagedAttentionRunner:
-    return PagedAttentionRunner(
-        inputs.query.to(device), inputs.key_cache.to(device), inputs.value_cache.to(device),
-        inputs.block_table.to(device), list(inputs.lens), backend=backend, strategy=case.strategy,
-        core_count=case.core_count, **options,  # type: ignore[arg-type]
-    )
-
-
-def poison(runner: PagedAttentionRunner) -> None:
-    """NaN in the output and in every workspace buffer: reads-before-write and unwritten rows show up."""
-    runner.out.fill_(math.nan)
-    for buffer in runner.workspace.values():
-        buffer.fill_(math.nan)
-
-
-def launch_poisoned(runner: PagedAttentionRunner) -> torch.Tensor:
-    poison(runner)
-    return runner().cpu()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    case: Case
-    plan: str
-    comparison: Comparison
-
-
-def run_case(case: Case, backend_name: str, num_threads: int = 0) -> Outcome:
-    inputs = make_inputs(case)
-    runner = build_runner(case, inputs, make_backend(backend_name, num_threads), device_of(backend_name))
-    out = launch_poisoned(runner)
-    plan = runner.plan
-    described = f"{plan.strategy} key {int(plan.key)} bd {plan.block_dim} kvCN {plan.kv_core_num}"
-    return Outcome(case, described, compare(out, golden(inputs, runner.scale), case.dtype))
+from launcher import KernelContractError, PagedAttentionRunner, paged_attention
+from tiling import abi
 
 
 # ---- pytest ----------------------------------------------------------------------------------------------
@@ -491,7 +269,7 @@ def test_case_table_covers_the_required_values() -> None:
     for bs in (16, 32, 64, 128, 256, 512):
         lengths = {n for c in CASES if c.block_size == bs for n in c.lens}
         assert {0, 1, bs - 1, bs + 1} <= lengths, f"block_size {bs} lacks an edge length"
-    assert any(n >= 16_384 for c in CASES if not c.slow for n in c.lens)
+    assert any(n >= 32_768 for c in CASES if not c.slow for n in c.lens)
     assert len({c.name for c in CASES}) == len(CASES)
 
 

@@ -1,0 +1,1 @@
+"""The accuracy suite's building blocks: case table, tolerances, inputs, golden, comparison."""
