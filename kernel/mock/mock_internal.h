@@ -44,12 +44,18 @@ typedef struct pa_where {
     int32_t core, seq, head, split;
 } pa_where;
 
+#define PA_PREFETCH_AHEAD_ROWS 32 /* rows between a prefetch and the use of its data                     */
+
 /* Scratch of one host worker thread (the vector core's unified buffer and the cube's Q staging). */
 typedef struct pa_worker_buf {
     float q[PA_HEAD_SPLIT_LIMIT * PA_MAX_HEAD_DIM];   /* task q rows in fp32                             */
     float go[PA_HEAD_SPLIT_LIMIT * PA_MAX_HEAD_DIM];  /* running output                                  */
     float gm[PA_HEAD_SPLIT_LIMIT], gl[PA_HEAD_SPLIT_LIMIT], dm[PA_HEAD_SPLIT_LIMIT], ll[PA_HEAD_SPLIT_LIMIT];
     float p_f32[PA_S_HALF_ELEMS];                    /* P of one tile, read back and widened for P.V    */
+    /* Rows in the order the cube reads them: this tile's K (Q.K), its V (P.V), then the next tile's first K
+     * rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is used.  (kv heads x tokens of a tile
+     * <= heads x round16(tokens) <= PA_S_HALF_ELEMS.) */
+    const uint16_t *rows[2 * PA_S_HALF_ELEMS + 2 * PA_PREFETCH_AHEAD_ROWS];
 } pa_worker_buf;
 
 /* ---- mock_state.c ---- */

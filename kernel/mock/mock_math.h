@@ -36,17 +36,18 @@ typedef struct pa_math_ops {
     /* fp32 copies of `n` IN-dtype values. */
     void (*widen)(const uint16_t *src, int64_t n, float *dst, int bf16);
     /* s[r * s_stride + j] = dot(q[r * d ..], k[j * k_stride ..]) for r < rows, j < ntok.  While at token j
-     * it prefetches the d values at pf + j * k_stride (the same row of the next tile), unless pf is NULL. */
+     * it prefetches the row pf[j] (d values; NULL entries and a NULL pf are skipped). */
     void (*qk)(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
-               float *s, int32_t s_stride, int bf16, const uint16_t *pf);
+               float *s, int32_t s_stride, int bf16, const uint16_t *const *pf);
     /* Vector stage 1 of one row of `n` scores: x = s * tor; m = max(x) (and gm_old unless first);
      * p[j] = IN(exp(x_j - m)) for j < n, p[j] = 0 for n <= j < n_round; *ll = lane sum of exp(x_j - m). */
     void (*softmax_row)(const float *s, int32_t n, int32_t n_round, float tor, int first, float gm_old,
                         uint16_t *p, float *m_out, float *ll_out, int bf16);
     /* o[r * o_stride + c] (accumulate ? += : =) sum_j pf[r * p_stride + j] * v[j * v_stride + c];
-     * prefetches vpf + j * v_stride like qk. */
+     * prefetches vpf[j] like qk. */
     void (*pv)(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
-               int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16, const uint16_t *vpf);
+               int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+               const uint16_t *const *vpf);
     /* go = first ? o_tile : e * go + o_tile (separate multiply and add). */
     void (*rescale)(float *go, const float *o_tile, float e, int32_t d, int first);
     /* out[c] = IN(go[c] / gl). */

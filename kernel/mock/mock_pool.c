@@ -32,8 +32,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     int helpers;             /* threads created                                                         */
-    int wanted;              /* helpers taking part in the current job                                  */
-    int pending;             /* of those, still running                                                 */
+    int wanted;              /* helpers that may join the current job                                   */
+    int active;              /* helpers inside the current job                                          */
     uint64_t generation;     /* bumped per job                                                          */
     pa_phase *job;
     uint64_t born[PA_POOL_MAX_HELPERS]; /* generation current when each helper was created              */
@@ -49,7 +49,7 @@ static void reset_after_fork(void) {
     pthread_mutex_init(&pool.mu, 0);
     pthread_cond_init(&pool.work, 0);
     pthread_cond_init(&pool.done, 0);
-    pool.helpers = pool.wanted = pool.pending = 0;
+    pool.helpers = pool.wanted = pool.active = 0;
     pool.job = 0;
 }
 
@@ -116,21 +116,24 @@ static void *helper_main(void *arg) {
             pthread_cond_wait(&pool.work, &pool.mu);
         }
         seen = pool.generation;
-        if (index >= pool.wanted) {
+        pa_phase *job = pool.job;
+        if (index >= pool.wanted || !job) { /* not needed, or woke after the launch was over */
             continue;
         }
-        pa_phase *job = pool.job;
+        ++pool.active;
         pthread_mutex_unlock(&pool.mu);
         run_cores(job);
         pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0) {
+        if (--pool.active == 0) {
             pthread_cond_signal(&pool.done);
         }
     }
     return 0;
 }
 
-/* Runs ph on the calling thread plus up to `helpers` pool threads (fewer if they cannot be created). */
+/* Runs ph on the calling thread plus up to `helpers` pool threads (fewer if they cannot be created).  Once
+ * every logical core is claimed the caller closes the job: helpers still asleep skip it, so the launch waits
+ * only for cores in progress, not for helpers to wake up. */
 static void run_pooled(pa_phase *ph, int helpers) {
     pthread_mutex_lock(&pool.launch);
     pthread_mutex_lock(&pool.mu);
@@ -144,17 +147,16 @@ static void run_pooled(pa_phase *ph, int helpers) {
         ++pool.helpers;
     }
     pool.wanted = helpers < pool.helpers ? helpers : pool.helpers;
-    pool.pending = pool.wanted;
     pool.job = ph;
     ++pool.generation;
     pthread_cond_broadcast(&pool.work);
     pthread_mutex_unlock(&pool.mu);
     run_cores(ph);
     pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0) {
+    pool.job = 0;
+    while (pool.active > 0) {
         pthread_cond_wait(&pool.done, &pool.mu);
     }
-    pool.job = 0;
     pthread_mutex_unlock(&pool.mu);
     pthread_mutex_unlock(&pool.launch);
 }

@@ -48,10 +48,10 @@ static void simd_widen(const uint16_t *src, int64_t n, float *dst, int bf16) {
  * order, each K chunk widened once for the HB rows), reduced together by the fixed tree.  Tokens at or past
  * `nt` contribute nothing and are not stored. */
 PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_stride, float *s, int32_t s_stride,
-                        const int tb, const int hb, int nt, int bf16, const uint16_t *pf) {
+                        const int tb, const int hb, int nt, int bf16, const uint16_t *const *pf) {
     if (pf) {
         for (int t = 0; t < tb && t < nt; ++t) {
-            pa_prefetch_row(pf + (int64_t)t * k_stride, d);
+            pa_prefetch_row(pf[t], d);
         }
     }
     V16 acc[PA_QK_BLOCK];
@@ -82,8 +82,8 @@ PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_
     }
 }
 
-static inline const uint16_t *pf_at(const uint16_t *pf, int32_t j, int64_t stride) {
-    return pf ? pf + (int64_t)j * stride : 0;
+static inline const uint16_t *const *pf_at(const uint16_t *const *pf, int32_t j) {
+    return pf ? pf + j : 0;
 }
 
 /* The first row block prefetches the next tile's rows, the others find them requested already. */
@@ -92,15 +92,15 @@ static inline const uint16_t *pf_at(const uint16_t *pf, int32_t j, int64_t strid
         int nt = ntok - j;                                                                                    \
         if (nt >= PA_QK_BLOCK / (HB)) {                                                                       \
             qk_block(q + (int64_t)r * d, d, k + (int64_t)j * k_stride, k_stride, s + (int64_t)r * s_stride + j, \
-                     s_stride, PA_QK_BLOCK / (HB), HB, PA_QK_BLOCK / (HB), bf16, r ? 0 : pf_at(pf, j, k_stride)); \
+                     s_stride, PA_QK_BLOCK / (HB), HB, PA_QK_BLOCK / (HB), bf16, r ? 0 : pf_at(pf, j)); \
         } else {                                                                                              \
             qk_block(q + (int64_t)r * d, d, k + (int64_t)j * k_stride, k_stride, s + (int64_t)r * s_stride + j, \
-                     s_stride, PA_QK_BLOCK / (HB), HB, nt, bf16, r ? 0 : pf_at(pf, j, k_stride));             \
+                     s_stride, PA_QK_BLOCK / (HB), HB, nt, bf16, r ? 0 : pf_at(pf, j));             \
         }                                                                                                     \
     }
 
 static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
-                    float *s, int32_t s_stride, int bf16, const uint16_t *pf) {
+                    float *s, int32_t s_stride, int bf16, const uint16_t *const *pf) {
     if (d % PA_LANES != 0) {
         pa_math_portable.qk(q, rows, d, k, k_stride, ntok, s, s_stride, bf16, pf);
         return;
@@ -166,7 +166,7 @@ static void simd_softmax_row(const float *s, int32_t n, int32_t n_round, float t
 /* NR rows x NC 16-lane chunks of O accumulated over the tile's tokens, token by token. */
 PA_INLINE void pv_block(const float *pf, int32_t p_stride, const int nr, const uint16_t *v, int64_t v_stride,
                         int32_t ntok, const int nc, float *o, int32_t o_stride, int accumulate, int bf16,
-                        const uint16_t *vpf, int32_t d) {
+                        const uint16_t *const *vpf, int32_t d) {
     V16 acc[PA_PV_ROWS][PA_PV_CHUNKS];
     for (int r = 0; r < nr; ++r) {
         for (int c = 0; c < nc; ++c) {
@@ -175,7 +175,7 @@ PA_INLINE void pv_block(const float *pf, int32_t p_stride, const int nr, const u
     }
     for (int32_t j = 0; j < ntok; ++j) {
         if (vpf) {
-            pa_prefetch_row(vpf + (int64_t)j * v_stride, d);
+            pa_prefetch_row(vpf[j], d);
         }
         V16 vc[PA_PV_CHUNKS];
         for (int c = 0; c < nc; ++c) {
@@ -201,7 +201,7 @@ PA_INLINE void pv_block(const float *pf, int32_t p_stride, const int nr, const u
 
 static void simd_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
                     int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
-                    const uint16_t *vpf) {
+                    const uint16_t *const *vpf) {
     if (d % PA_LANES != 0) {
         pa_math_portable.pv(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
         return;

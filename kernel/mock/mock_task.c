@@ -42,30 +42,56 @@ static int32_t block_id(const pa_launch *L, const pa_task *T, uint32_t tok, int6
     return PA_OK;
 }
 
-/* The rows `ahead` tokens after [tok, tok + count) (the same rows of the next tile: a run inside one page), or
- * NULL when they lie past the task or their block id is invalid (reported when they are computed). */
-static const uint16_t *rows_ahead(const pa_launch *L, const pa_task *T, uint32_t tok, uint32_t ahead,
-                                  const uint16_t *cache, uint32_t kvh) {
-    uint64_t target = (uint64_t)tok + ahead;
-    if (target >= (uint64_t)T->tok0 + T->len) {
+/* Appends to `out` the K or V rows of tile `index` in the order cube_pass reads them (page segment, kv head,
+ * token); NULL for a row whose block id is invalid (reported when it is computed).  Returns the count. */
+static uint32_t schedule_rows(const pa_launch *L, const pa_task *T, uint32_t index, const uint16_t *cache,
+                              const uint16_t **out, uint32_t limit) {
+    const uint64_t first = (uint64_t)T->tok0 + (uint64_t)index * L->tile_tokens, end_task = T->tok0 + T->len;
+    if (first >= end_task) {
         return 0;
     }
-    int64_t index = (int64_t)pa_slot_word(L, T->slot, PA_BF_BATCH_IDX) * L->max_blocks + target / L->block_size;
-    if (index < 0 || index >= L->extent[PA_ARG_BLOCK_TABLES]) {
-        return 0;
+    const uint64_t end = first + L->tile_tokens < end_task ? first + L->tile_tokens : end_task;
+    const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
+    const uint32_t kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
+    const int64_t table_row = (int64_t)pa_slot_word(L, T->slot, PA_BF_BATCH_IDX) * L->max_blocks;
+    uint32_t n = 0;
+    for (uint64_t tok = first; tok < end && n < limit;) {
+        uint64_t off = tok % L->block_size;
+        uint64_t count = L->block_size - off < end - tok ? L->block_size - off : end - tok;
+        int64_t index_bt = table_row + (int64_t)(tok / L->block_size);
+        int64_t id = (index_bt >= 0 && index_bt < L->extent[PA_ARG_BLOCK_TABLES]) ? L->block_tables[index_bt] : -1;
+        int valid = id >= 0 && id < L->cfg.num_blocks;
+        for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
+            const uint16_t *row = valid ? cache + ((int64_t)id * L->block_size + (int64_t)off) * row_stride +
+                                              (int64_t)kvh * L->head_dim
+                                        : 0;
+            for (uint64_t j = 0; j < count && n < limit; ++j) {
+                out[n++] = row ? row + (int64_t)j * row_stride : 0;
+            }
+        }
+        tok += count;
     }
-    int64_t id = L->block_tables[index];
-    if (id < 0 || id >= L->cfg.num_blocks) {
-        return 0;
-    }
-    return cache + (id * L->block_size + target % L->block_size) * (int64_t)L->kv_heads * L->head_dim +
-           (int64_t)kvh * L->head_dim;
+    return n;
 }
 
-/* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0), prefetching the
- * same rows of the next tile as it goes (pages are scattered: the hardware prefetchers cannot find them). */
+/* The prefetch schedule of tile `index` (see pa_worker_buf.rows); returns the number of its K rows. */
+static uint32_t plan_prefetch(const pa_launch *L, const pa_task *T, uint32_t index, pa_worker_buf *buf) {
+    const uint32_t cap = sizeof buf->rows / sizeof buf->rows[0];
+    uint32_t n_k = schedule_rows(L, T, index, L->k, buf->rows, cap);
+    uint32_t n = n_k + schedule_rows(L, T, index, L->v, buf->rows + n_k, cap - n_k);
+    uint32_t limit = n + PA_PREFETCH_AHEAD_ROWS;
+    n += schedule_rows(L, T, index + 1, L->k, buf->rows + n, limit - n);
+    while (n < limit) {
+        buf->rows[n++] = 0;
+    }
+    return n_k;
+}
+
+/* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0).  Row i of the
+ * pass prefetches schedule entry i + PA_PREFETCH_AHEAD_ROWS (pages are scattered: the hardware prefetchers
+ * cannot find them). */
 static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
-                         pa_mock_error *e) {
+                         uint32_t schedule_pos, pa_mock_error *e) {
     const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
     const uint32_t d = L->head_dim, kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
     const uint32_t o_cols = round16(d);
@@ -90,30 +116,19 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
             uint32_t h_hi = (kvh + 1) * L->group < T->head0 + T->heads ? (kvh + 1) * L->group : T->head0 + T->heads;
             uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
             const uint16_t *kv = cache + base + (int64_t)kvh * d;
-            const uint16_t *next = rows_ahead(L, T, tok, L->tile_tokens, cache, kvh);
+            const uint16_t *const *ahead = buf->rows + schedule_pos + PA_PREFETCH_AHEAD_ROWS;
             if (qk) {
                 L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, count,
-                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16, next);
+                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16, ahead);
             } else {
                 L->ops->pv(buf->p_f32 + (int64_t)r0 * t->cols + col, t->cols, rows, kv, row_stride, count, d,
-                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16, next);
+                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16, ahead);
             }
+            schedule_pos += count;
         }
         tok += count;
     }
     return PA_OK;
-}
-
-/* Before the first tile: its rows, so the task does not start on a cold cache. */
-static void prefetch_first_tile(const pa_launch *L, const pa_task *T) {
-    uint32_t kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
-    uint32_t end = T->len < L->tile_tokens ? T->len : L->tile_tokens;
-    for (uint32_t j = 0; j < end; ++j) {
-        for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
-            pa_prefetch_row(rows_ahead(L, T, T->tok0, j, L->k, kvh), (int32_t)L->head_dim);
-            pa_prefetch_row(rows_ahead(L, T, T->tok0, j, L->v, kvh), (int32_t)L->head_dim);
-        }
-    }
 }
 
 static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
@@ -233,15 +248,20 @@ static int32_t run_task(const pa_launch *L, pa_task *T, uint32_t core, int whole
     }
     L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->bf16);
     uint32_t tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
-    prefetch_first_tile(L, T);
     for (uint32_t index = 0; index < tiles; ++index) {
         pa_tile t;
-        if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, e))) {
+        uint32_t n_k = plan_prefetch(L, T, index, buf);
+        if (index == 0) { /* the task's first rows: nothing prefetched them */
+            for (uint32_t i = 0; i < PA_PREFETCH_AHEAD_ROWS; ++i) {
+                pa_prefetch_row(buf->rows[i], (int32_t)d);
+            }
+        }
+        if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, 0, e))) {
             return rc;
         }
         vector_softmax(L, T, &t, index, buf);
         L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->bf16); /* the cube reads P back */
-        if ((rc = cube_pass(L, T, &t, buf, 0, e))) {
+        if ((rc = cube_pass(L, T, &t, buf, 0, n_k, e))) {
             return rc;
         }
         vector_update(L, T, &t, index, buf);
