@@ -677,6 +677,10 @@ def test_undersized_input_extent(lib: ctypes.CDLL, rng: np.random.Generator, slo
         assert unchecked.code == 0
 
 
+def test_unavailable_simd_path_is_refused(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    expect(h.launch(lib, _tiling_case(rng), isa=99), Err.BAD_LAUNCH)
+
+
 def test_num_blocks_must_be_bound(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     expect(h.launch(lib, _tiling_case(rng), num_blocks=0), Err.BAD_LAUNCH)
 
