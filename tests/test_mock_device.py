@@ -309,6 +309,25 @@ def test_head_dim_not_a_multiple_of_16(lib: ctypes.CDLL, rng: np.random.Generato
         assert_close(case, run.out)
 
 
+def test_host_flush_to_zero_does_not_change_results(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """torch.set_flush_denormal(True) sets FTZ/DAZ on the calling thread; the device computes in the default
+    environment anyway.  bf16 values of about 1e-39 are fp32 subnormals: they would all flush to zero."""
+    import torch
+
+    case = h.make_case(rng, [100, 37], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype="bf16",
+                       strategy="bn")
+    case.v = h.to_bits(h.from_bits(case.v, "bf16") * 1e-39, "bf16")
+    want = h.launch(lib, case, threads=1).out.copy()
+    assert np.count_nonzero(want) > want.size // 2, "the control needs non-zero subnormal outputs"
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode")
+    try:
+        for threads in (1, 2):
+            assert np.array_equal(h.launch(lib, case, threads=threads).out, want)
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def test_checked_and_unchecked_agree(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     case = h.make_case(rng, [650, 1, 129], num_heads=8, num_kv_heads=8, head_dim=128, block_size=128)
     a = h.launch(lib, case, checked=True)

@@ -9,6 +9,7 @@
  * single-threaded launch runs on its calling thread alone.
  */
 #define _GNU_SOURCE
+#include <fenv.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ static pa_worker_buf *thread_buffer(void) {
     return buf;
 }
 
-static void run_cores(pa_phase *ph) {
+static void run_cores_default_env(pa_phase *ph) {
     pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
     for (;;) {
         uint32_t core = __atomic_fetch_add(&ph->next_core, 1, __ATOMIC_RELAXED);
@@ -104,6 +105,19 @@ static void run_cores(pa_phase *ph) {
                                                                __ATOMIC_RELAXED)) {
             }
         }
+    }
+}
+
+/* Logical cores run in the default floating-point environment (round to nearest, no flush-to-zero or
+ * denormals-are-zero), whatever the host thread had set (torch.set_flush_denormal sets FTZ/DAZ on x86): the
+ * device's arithmetic must not depend on it, nor on which host thread runs a core. */
+static void run_cores(pa_phase *ph) {
+    fenv_t host_env;
+    int saved = fegetenv(&host_env) == 0;
+    fesetenv(FE_DFL_ENV);
+    run_cores_default_env(ph);
+    if (saved) {
+        fesetenv(&host_env);
     }
 }
 
