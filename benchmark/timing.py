@@ -47,7 +47,7 @@ class TimingPolicy:
         if self.back_to_back:
             return (f"mean of back-to-back launches in one timed window (the published method), "
                     f"{self.warmup} warm-up, no cache flush")
-        flush = f"cache flushed before each launch ({self.flush_bytes / (1 << 20):.0f} MiB written)" \
+        flush = f"cache flushed before each launch ({self.flush_bytes / (1 << 20):.0f} MiB touched)" \
             if self.l2_flush else "no cache flush"
         return (f"{self.statistic} of per-launch times with p{LOW_PERCENTILE}/p{HIGH_PERCENTILE}, "
                 f"{self.warmup} warm-up, {self.min_iters}-{self.max_iters} launches within "
@@ -173,20 +173,27 @@ def host_us_per_call(fn: Callable[[], Any], calls: int = 2000, repeats: int = 5)
     return best
 
 
-def make_flush(nbytes: int, device: str) -> Callable[[], None]:
-    """A callable that writes ``nbytes`` (evicting the cache); the buffer is touched here, once.
+#: Bytes per host cache line: the read flush touches one byte of each.
+HOST_CACHE_LINE_BYTES = 64
 
-    On the host the write is a single-threaded numpy fill: torch's multi-threaded fill would leave its
-    OpenMP workers spinning on the cores the timed launch needs.  On an NPU it is a ``zero_()`` queued on
-    the current stream, before the launch's start event.
+
+def make_flush(nbytes: int, device: str) -> Callable[[], None]:
+    """A callable that evicts the cache by touching ``nbytes``; the buffer is written here, once.
+
+    On the host it *reads* one byte of every cache line, single-threaded: a write would leave the cache full
+    of dirty lines whose write-back then lands inside the timed launch (about a third of the mock's rate on
+    a host with a 480 MiB last-level cache), and torch's multi-threaded ops would leave OpenMP workers
+    spinning on the cores the launch needs.  On an NPU it is a ``zero_()`` queued on the current stream,
+    before the launch's start event (the L2 is written back by the device, not the host).
     """
     if device == "cpu":
         import numpy as np
 
-        host = np.zeros(nbytes, dtype=np.uint8)
+        host = np.ones(nbytes, dtype=np.uint8)
+        lines = host[::HOST_CACHE_LINE_BYTES]
 
         def flush_host() -> None:
-            host.fill(0)
+            lines.sum(dtype=np.uint64)
 
         return flush_host
     import torch
