@@ -3,7 +3,7 @@
 #
 #   bash compile.sh            build what is out of date (idempotent: unchanged sources are not rebuilt)
 #   bash compile.sh --setup    first install what the project needs (torch CPU build if no torch imports,
-#                              then `pip install -e ".[test]"`), then build
+#                              then `pip install -e ".[test,bench]"`), then build
 #   bash compile.sh --clean    remove build/
 #   bash compile.sh --force    rebuild even when up to date
 #
@@ -44,8 +44,8 @@ already importable, kept"
         say "setup: torch not importable, installing the CPU build ($TORCH_PIN)"
         "$py" -m pip install "$TORCH_PIN"
     fi
-    say "setup: pip install -e \".[test]\""
-    "$py" -m pip install -e "$ROOT[test]"
+    say "setup: pip install -e \".[test,bench]\" (bench: matplotlib, for --plot and its test)"
+    "$py" -m pip install -e "$ROOT[test,bench]"
 }
 
 # A stamp of everything that determines the library: sources, headers, flags and compiler version.
@@ -90,7 +90,7 @@ build_sim() {
         record "NPU kernel simulation: skipped (kernel/npu/build_sim.sh not present)"
         return
     fi
-    if bash "$script" build; then
+    if bash "$script" "$BUILD_DIR"; then
         record "NPU kernel simulation: kernel/npu/build_sim.sh build succeeded"
     else
         record "NPU kernel simulation: FAILED (kernel/npu/build_sim.sh build exited $?)"
@@ -110,7 +110,7 @@ build_npu() {
         record "NPU kernel: skipped (CANN compiler $compiler found, but kernel/npu/build_npu.sh not present)"
         return
     fi
-    if bash "$script"; then
+    if bash "$script" "$BUILD_DIR"; then
         record "NPU kernel: kernel/npu/build_npu.sh succeeded ($compiler)"
     else
         record "NPU kernel: FAILED (kernel/npu/build_npu.sh exited $?)"
