@@ -84,6 +84,10 @@ int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot
 
 /* ---- mock_task.c / mock_combine.c: one logical core's share of each phase ---- */
 int32_t pa_run_core_partials(const pa_launch *L, uint32_t core, pa_worker_buf *buf, pa_mock_error *e);
+#define PA_GANG_MAX 4 /* logical cores one host thread interleaves tile by tile                            */
+int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
+                             pa_mock_error *errors, uint32_t *failed);
+uint32_t pa_gang_size(const pa_launch *L);
 int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e);
 
 /* ---- mock_pool.c ---- */

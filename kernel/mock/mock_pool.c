@@ -1,6 +1,7 @@
 /*
  * Host threads of the mock device: the logical cores (block_idx 0 .. block_dim-1) of one phase are handed
- * out to host threads, each logical core running all of its tasks in order.  Results do not depend on the
+ * out to host threads, each logical core running all of its tasks in order (in the partial phase, in gangs of
+ * consecutive cores that one thread interleaves tile by tile, see pa_run_gang_partials).  Results do not depend on the
  * threads: every output element is written by one task with fixed arithmetic.  An error is reported for the
  * lowest failing logical core; cores above a known failure are skipped.
  *
@@ -71,39 +72,47 @@ int32_t pa_host_threads(int32_t requested) {
     return online > 0 ? (int32_t)online : 1;
 }
 
-/* The calling thread's vector-core buffer, kept for its next launches (freed when the thread exits). */
+/* The calling thread's vector-core buffers (one per logical core of a gang), kept for its next launches
+ * (freed when the thread exits). */
 static pa_worker_buf *thread_buffer(void) {
     pa_worker_buf *buf = pthread_getspecific(buf_key);
-    if (!buf && posix_memalign((void **)&buf, PA_CACHE_LINE, sizeof *buf) == 0) {
+    if (!buf && posix_memalign((void **)&buf, PA_CACHE_LINE, PA_GANG_MAX * sizeof *buf) == 0) {
         pthread_setspecific(buf_key, buf);
     }
     return buf;
 }
 
+static void note_failure(pa_phase *ph, uint32_t core) {
+    uint32_t seen = __atomic_load_n(&ph->first_failed, __ATOMIC_RELAXED);
+    while (core < seen && !__atomic_compare_exchange_n(&ph->first_failed, &seen, core, 0, __ATOMIC_RELAXED,
+                                                       __ATOMIC_RELAXED)) {
+    }
+}
+
+/* Partials: the thread claims gangs of consecutive logical cores (pa_gang_size) and interleaves them. */
 static void run_cores_default_env(pa_phase *ph) {
     pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
+    const uint32_t gang = ph->combine ? 1 : pa_gang_size(ph->L), block_dim = ph->L->block_dim;
     for (;;) {
-        uint32_t core = __atomic_fetch_add(&ph->next_core, 1, __ATOMIC_RELAXED);
-        if (core >= ph->L->block_dim) {
+        uint32_t core = __atomic_fetch_add(&ph->next_core, gang, __ATOMIC_RELAXED);
+        if (core >= block_dim) {
             break;
         }
         if (core > __atomic_load_n(&ph->first_failed, __ATOMIC_RELAXED)) {
             continue;
         }
         pa_mock_error *e = &ph->errors[core];
+        uint32_t n = block_dim - core < gang ? block_dim - core : gang, failed = core;
         int32_t rc;
         if (ph->combine) {
             rc = pa_run_core_combine(ph->L, core, e);
         } else if (!buf) {
             rc = pa_fail(e, PA_ERR_INTERNAL, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(), "out of host memory");
         } else {
-            rc = pa_run_core_partials(ph->L, core, buf, e);
+            rc = pa_run_gang_partials(ph->L, core, n, buf, e, &failed);
         }
         if (rc) {
-            uint32_t seen = __atomic_load_n(&ph->first_failed, __ATOMIC_RELAXED);
-            while (core < seen && !__atomic_compare_exchange_n(&ph->first_failed, &seen, core, 0, __ATOMIC_RELAXED,
-                                                               __ATOMIC_RELAXED)) {
-            }
+            note_failure(ph, failed);
         }
     }
 }

@@ -222,9 +222,12 @@ static int32_t write_zero_rows(const pa_launch *L, const pa_task *T, pa_mock_err
     return rc;
 }
 
-static int32_t run_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, pa_worker_buf *buf,
-                        pa_mock_error *e) {
+/* Starts task T of a logical core: sets its token range, widens its q rows and returns the number of its
+ * tiles in *tiles (0: nothing to run, or done already, as for an empty sequence). */
+static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, pa_worker_buf *buf,
+                          uint32_t *tiles, pa_mock_error *e) {
     uint32_t kv_len = pa_slot_word(L, T->slot, PA_BF_KV_SEQLEN);
+    *tiles = 0;
     T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};
     if (kv_len == 0) { /* split-KV: the combine writes the zero row */
         return L->split_kv ? PA_OK : write_zero_rows(L, T, e);
@@ -247,57 +250,145 @@ static int32_t run_task(const pa_launch *L, pa_task *T, uint32_t core, int whole
         return rc;
     }
     L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->bf16);
-    uint32_t tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
-    for (uint32_t index = 0; index < tiles; ++index) {
-        pa_tile t;
-        uint32_t n_k = plan_prefetch(L, T, index, buf);
-        if (index == 0) { /* the task's first rows: nothing prefetched them */
-            for (uint32_t i = 0; i < PA_PREFETCH_AHEAD_ROWS; ++i) {
-                pa_prefetch_row(buf->rows[i], (int32_t)d);
-            }
-        }
-        if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, 0, e))) {
-            return rc;
-        }
-        vector_softmax(L, T, &t, index, buf);
-        L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->bf16); /* the cube reads P back */
-        if ((rc = cube_pass(L, T, &t, buf, 0, n_k, e))) {
-            return rc;
-        }
-        vector_update(L, T, &t, index, buf);
-    }
-    return write_result(L, T, buf, e);
+    *tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
+    return PA_OK;
 }
 
-int32_t pa_run_core_partials(const pa_launch *L, uint32_t core, pa_worker_buf *buf, pa_mock_error *e) {
+/* Tile `index` of task T: Q.K into S, softmax into P, P.V into o_tmp, online rescale; the last tile writes
+ * the task's result. */
+static int32_t run_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, uint32_t tiles,
+                        pa_worker_buf *buf, pa_mock_error *e) {
+    pa_tile t;
+    int32_t rc;
+    uint32_t n_k = plan_prefetch(L, T, index, buf);
+    if (index == 0) { /* the task's first rows: nothing prefetched them */
+        for (uint32_t i = 0; i < PA_PREFETCH_AHEAD_ROWS; ++i) {
+            pa_prefetch_row(buf->rows[i], (int32_t)L->head_dim);
+        }
+    }
+    if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, 0, e))) {
+        return rc;
+    }
+    vector_softmax(L, T, &t, index, buf);
+    L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->bf16); /* the cube reads P back */
+    if ((rc = cube_pass(L, T, &t, buf, 0, n_k, e))) {
+        return rc;
+    }
+    vector_update(L, T, &t, index, buf);
+    return index + 1 == tiles ? write_result(L, T, buf, e) : PA_OK;
+}
+
+/* A logical core's progress through its task list (former tasks, then tail tasks), one tile at a time. */
+typedef struct pa_core_run {
+    uint32_t core;
+    int phase;           /* 0: former tasks, 1: tail tasks, 2: done                                     */
+    uint64_t process;    /* the next process index of the phase                                         */
+    pa_task T;           /* the task in progress (tiles > index)                                        */
+    uint32_t index, tiles;
+    pa_worker_buf *buf;
+    pa_mock_error *e;
+} pa_core_run;
+
+/* Runs the core's next tile (starting its next task when needed); sets phase 2 when the core is done. */
+static int32_t core_step(const pa_launch *L, pa_core_run *c) {
     const uint64_t hq = L->num_heads, cn = L->kv_core_num;
     int32_t rc;
-    if (L->former_batch) {
-        uint64_t per_batch = (hq + L->former_head - 1) / L->former_head;
-        uint64_t total = (uint64_t)L->former_batch * per_batch * cn;
-        for (uint64_t process = core; process < total; process += L->block_dim) {
-            pa_task T = {0};
+    while (c->index >= c->tiles) {
+        pa_task T = {0};
+        int whole;
+        if (c->phase == 0) {
+            uint64_t per_batch = (hq + L->former_head - 1) / L->former_head;
+            uint64_t total = L->former_batch ? (uint64_t)L->former_batch * per_batch * cn : 0;
+            if (c->process >= total) {
+                c->phase = 1;
+                c->process = c->core;
+                continue;
+            }
+            uint64_t process = c->process;
             T.slot = pa_gather(L, (uint32_t)(process / (per_batch * cn)));
             T.head0 = (uint32_t)((process / cn) % per_batch * L->former_head);
             T.heads = hq - T.head0 < L->former_head ? (uint32_t)(hq - T.head0) : L->former_head;
             T.split = (uint32_t)(process % cn);
-            if ((rc = run_task(L, &T, core, 0, buf, e))) {
-                return rc;
+            whole = 0;
+        } else if (c->phase == 1) {
+            uint64_t per_batch = (hq + L->tail_head - 1) / L->tail_head;
+            uint64_t total = L->tail_batch ? (uint64_t)L->tail_batch * per_batch : 0;
+            if (c->process >= total) {
+                c->phase = 2;
+                return PA_OK;
             }
-        }
-    }
-    if (L->tail_batch) {
-        uint64_t per_batch = (hq + L->tail_head - 1) / L->tail_head;
-        uint64_t total = (uint64_t)L->tail_batch * per_batch;
-        for (uint64_t process = core; process < total; process += L->block_dim) {
-            pa_task T = {0};
+            uint64_t process = c->process;
             T.slot = pa_gather(L, (uint32_t)(L->former_batch + process / per_batch));
             T.head0 = (uint32_t)(process % per_batch * L->tail_head);
             T.heads = hq - T.head0 < L->tail_head ? (uint32_t)(hq - T.head0) : L->tail_head;
-            if ((rc = run_task(L, &T, core, 1, buf, e))) {
-                return rc;
+            whole = 1;
+        } else {
+            return PA_OK;
+        }
+        c->process += L->block_dim;
+        c->T = T;
+        c->index = 0;
+        if ((rc = start_task(L, &c->T, c->core, whole, c->buf, &c->tiles, c->e))) {
+            return rc;
+        }
+    }
+    rc = run_tile(L, &c->T, c->core, c->index, c->tiles, c->buf, c->e);
+    ++c->index;
+    return rc;
+}
+
+/* Runs logical cores core0 .. core0 + n - 1 on this thread, interleaved tile by tile (each core's tasks in
+ * its own order, with its own buffer and scratch, so its results are those of running it alone).  Cores
+ * next to each other usually hold the head groups of one sequence: interleaved, they read each KV page
+ * while it is open and its neighbouring lines are streaming in.  A failing core stops; the others go on.
+ * Returns the lowest failing core's code (its record in errors[core - core0]) or PA_OK; *failed = that
+ * core. */
+int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
+                             pa_mock_error *errors, uint32_t *failed) {
+    pa_core_run runs[PA_GANG_MAX];
+    uint32_t live = 0;
+    int32_t first_rc = PA_OK;
+    *failed = L->block_dim;
+    for (uint32_t i = 0; i < n; ++i) {
+        runs[i] = (pa_core_run){core0 + i, 0, core0 + i, {0}, 0, 0, bufs + i, errors + i};
+        ++live;
+    }
+    while (live > 0) {
+        for (uint32_t i = 0; i < n; ++i) {
+            if (runs[i].phase == 2) {
+                continue;
+            }
+            int32_t rc = core_step(L, &runs[i]);
+            if (rc) {
+                runs[i].phase = 2;
+                if (core0 + i < *failed) {
+                    *failed = core0 + i;
+                    first_rc = rc;
+                }
+            }
+            if (runs[i].phase == 2) {
+                --live;
             }
         }
     }
-    return PA_OK;
+    return first_rc;
+}
+
+/* The number of consecutive logical cores one thread interleaves: those of one sequence's head groups (and
+ * KV splits) in the first round of the former tasks, else of the tail tasks, at most PA_GANG_MAX. */
+uint32_t pa_gang_size(const pa_launch *L) {
+    uint64_t hq = L->num_heads, g;
+    if (L->former_batch) {
+        g = (hq + L->former_head - 1) / L->former_head * L->kv_core_num;
+    } else if (L->tail_batch) {
+        g = (hq + L->tail_head - 1) / L->tail_head;
+    } else {
+        g = 1;
+    }
+    return g < 1 ? 1 : g > PA_GANG_MAX ? PA_GANG_MAX : (uint32_t)g;
+}
+
+int32_t pa_run_core_partials(const pa_launch *L, uint32_t core, pa_worker_buf *buf, pa_mock_error *e) {
+    uint32_t failed;
+    return pa_run_gang_partials(L, core, 1, buf, e, &failed);
 }
