@@ -50,6 +50,11 @@ class TileChoice:
     split_block: bool
 
 
+def _kv_align(max_kv: int, block_size: int) -> int:
+    """Tokens of the longest sequence rounded up to whole pages (at least one page, for all-empty batches)."""
+    return max(round_up(max_kv, block_size), block_size)
+
+
 def choose_tile(block_size: int, head_dim: int) -> TileChoice:
     """The tile rule of the ABI header: two small pages per tile, one page, or a slice of a large page."""
     if block_size <= 64 and 2 * block_size * head_dim <= abi.TILE_ELEMS_LIMIT:
@@ -155,7 +160,7 @@ def split_bn(
         tail_head=tail_head,
         former_group_move=group_move(head_split, group, num_kv_heads),
         tail_group_move=group_move(tail_head, group, num_kv_heads),
-        kv_split_tokens=max(round_up(max_kv, block_size), block_size),
+        kv_split_tokens=_kv_align(max_kv, block_size),
         kv_core_num=1,
         task_count=task_count,
     )
@@ -192,10 +197,6 @@ def _split_kv_grid(
         kv_core_num=kv_core_num,
         task_count=tasks,
     )
-
-
-def _kv_align(max_kv: int, block_size: int) -> int:
-    return max(round_up(max_kv, block_size), block_size)
 
 
 def split_kv(
