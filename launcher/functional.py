@@ -19,6 +19,7 @@ def paged_attention(
     *,
     scale: float | None = None,
     backend: str | Backend | None = None,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:
     """Paged-attention decode: a new ``[batch, num_heads, head_dim]`` tensor.
 
@@ -27,9 +28,11 @@ def paged_attention(
     ``[batch, max_pages]``, ``context_lens`` int32 tensor or list of ints ``[batch]`` (0 gives a zero row),
     ``scale`` default ``1/sqrt(head_dim)``; ``backend`` default from the query's device (CPU -> mock,
     npu -> npu).  Query head ``h`` attends to KV head ``h // (num_heads // num_kv_heads)``.
+    ``batch_invariant=True`` makes each sequence's output the same bits whatever else is in the batch and
+    whatever the core count (:mod:`tiling.invariant`; RL rollouts that must match a single-sequence replay).
 
     Every call validates and plans; a decode loop should keep a runner and call ``update`` instead.
     """
     runner = PagedAttentionRunner(query, key_cache, value_cache, block_table, context_lens, scale=scale,
-                                  backend=backend)
+                                  backend=backend, batch_invariant=batch_invariant)
     return runner()

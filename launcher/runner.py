@@ -15,11 +15,13 @@ contract requires on every launch:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from launcher import validation
 from launcher.backends import Backend, Launch, get_backend
@@ -75,6 +77,7 @@ class PagedAttentionRunner:
         checked: bool = True,
         core_count: int | None = None,
         strategy: str = "auto",
+        batch_invariant: bool = False,
     ) -> None:
         device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
         self.backend = get_backend(backend, device)
@@ -86,6 +89,10 @@ class PagedAttentionRunner:
         validation.check_option("strategy", strategy, STRATEGIES)
         validation.check_option("checked", checked, (True, False))
         validation.check_core_count(core_count)
+        if not isinstance(batch_invariant, bool):
+            raise TypeError(f"batch_invariant must be a bool, got {batch_invariant!r}")
+        if batch_invariant and strategy != "auto":
+            raise ValueError(f"batch_invariant=True pins the task grid; strategy must be 'auto', got {strategy!r}")
         inputs = {"query": query, "key_cache": key_cache, "value_cache": value_cache, "block_table": block_table}
         if out is not None:
             out = validation.check_out(out, shape, query.dtype, inputs)
@@ -94,6 +101,7 @@ class PagedAttentionRunner:
         self.shape: DecodeShape = shape
         self.checked = checked
         self.strategy = strategy
+        self.batch_invariant = batch_invariant
         self.core_count = core_count if core_count is not None else self.backend.core_count(shape.device)
         self.library = self.backend.library
         self._stream, self._stream_handle = self.backend.resolve_stream(stream)
@@ -111,6 +119,7 @@ class PagedAttentionRunner:
             lens, num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
             block_size=s.block_size, max_pages=s.max_pages, num_blocks=s.num_blocks, scale=self.scale,
             dtype=s.dtype, core_count=self.core_count, strategy=self.strategy,  # type: ignore[arg-type]
+            batch_invariant=self.batch_invariant,
         )
         if plan.key not in self.library.supported_keys:
             supported = sorted(int(key) for key in self.library.supported_keys)
@@ -181,15 +190,26 @@ class PagedAttentionRunner:
         self._extents = tuple(extents)
         self._launch = self.backend.make_launch(
             self.library.call_kernel, self._args, self._extents, plan.num_blocks, self.checked)
+        # run(): the same launch on a list whose Q/K/V/O pointers it overwrites before each call.  The
+        # backends' launch closures call ``function(*args)`` on the object they were given, so the list's
+        # current contents are what the kernel receives; the extents stay valid because run() accepts only
+        # tensors of the bound tensors' shapes.
+        self._run_args: list[Any] = list(self._args)
+        self._run_launch = self.backend.make_launch(
+            self.library.call_kernel, self._run_args, self._extents, plan.num_blocks,  # type: ignore[arg-type]
+            self.checked)
+        self._run_expect = _RunExpect.of(self)
         self._zero_state: Launch | None = None
         if plan.kv_core_num > 1:
             state = tuple(self._workspace[slot] for slot in SPLIT_KV_STATE if slot in self._workspace)
             self._zero_state = self.backend.on_stream(_zeroer(state), self._stream)
         self._zero_empty: Launch | None = None
+        self._empty_rows: torch.Tensor | None = None
         empty = [index for index, length in enumerate(plan.context_lens) if length == 0]
         if self.library.external and empty:
             rows = torch.tensor(empty, dtype=torch.long, device=self.shape.device)
             out = self.out
+            self._empty_rows = rows
             self._zero_empty = self.backend.on_stream(lambda: out.index_fill_(0, rows, 0), self._stream)
 
     # ---- the launch path ----------------------------------------------------------------------------
@@ -201,6 +221,53 @@ class PagedAttentionRunner:
         if self._zero_empty is not None:
             self._zero_empty()
         return self.out
+
+    def run(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        """Launch the current plan on another layer's ``query`` and caches; returns ``out`` (default: ``self.out``).
+
+        A decode step plans once (constructor or :meth:`update`) and calls ``run`` once per layer: the
+        tensors must have exactly the shapes, dtype and device of those the runner was built with, be
+        contiguous, and ``out`` must share no memory with the inputs or the block table.  These checks cost
+        a few attribute reads; a violation raises ``TypeError``/``ValueError`` before anything is launched.
+        Nothing is re-planned or allocated, and ``runner()`` keeps launching on the bound tensors.
+        """
+        e = self._run_expect
+        qs, cs, dt, dev = e.query_shape, e.cache_shape, e.dtype, e.device_index
+        # Fast path: exact type, shape, dtype, device index, contiguity; anything else (a mismatch, or a
+        # tensor subclass) goes through the full check, which names what is wrong.
+        if not (type(query) is Tensor and query.shape == qs and query.dtype is dt and query.get_device() == dev
+                and query.is_contiguous()):
+            _check_run_tensor(query, "query", qs, e)
+        if not (type(key_cache) is Tensor and key_cache.shape == cs and key_cache.dtype is dt
+                and key_cache.get_device() == dev and key_cache.is_contiguous()):
+            _check_run_tensor(key_cache, "key_cache", cs, e)
+        if not (type(value_cache) is Tensor and value_cache.shape == cs and value_cache.dtype is dt
+                and value_cache.get_device() == dev and value_cache.is_contiguous()):
+            _check_run_tensor(value_cache, "value_cache", cs, e)
+        if out is None:
+            out = self.out
+        elif not (type(out) is Tensor and out.shape == qs and out.dtype is dt and out.get_device() == dev
+                  and out.is_contiguous()):
+            _check_run_tensor(out, "out", qs, e)
+        q, k, v, o = query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), out.data_ptr()
+        o_end = o + e.query_bytes
+        if (q < o_end and o < q + e.query_bytes) or (k < o_end and o < k + e.cache_bytes) or \
+                (v < o_end and o < v + e.cache_bytes) or (e.table_start < o_end and o < e.table_end):
+            _raise_alias(out, {"query": query, "key_cache": key_cache, "value_cache": value_cache,
+                               "block_table": self.block_table})
+        if not (q and k and v and o):
+            raise ValueError("query, key_cache, value_cache and out must have storage (a data pointer), "
+                             "got a NULL pointer (a meta or empty tensor?)")
+        args = self._run_args
+        args[_Q_ARG], args[_K_ARG], args[_V_ARG], args[_O_ARG] = q, k, v, o
+        if self._zero_state is not None:
+            self._zero_state()
+        self._run_launch()
+        if self._empty_rows is not None:
+            rows = self._empty_rows
+            self.backend.on_stream(lambda: out.index_fill_(0, rows, 0), self._stream)()
+        return out
 
     def noop(self) -> None:
         """Call ``call_kernel_noop`` with the cached arguments: the launch overhead without the kernel."""
@@ -230,6 +297,61 @@ class PagedAttentionRunner:
         return (f"PagedAttentionRunner(batch={s.batch}, heads={s.num_heads}/{s.num_kv_heads}, "
                 f"head_dim={s.head_dim}, block_size={s.block_size}, {s.dtype}, backend={self.backend!r}, "
                 f"strategy={self.plan.strategy}, block_dim={self.plan.block_dim}, kvCN={self.plan.kv_core_num})")
+
+
+_Q_ARG = FIRST_POINTER_ARG + ArgSlot.Q
+_K_ARG = FIRST_POINTER_ARG + ArgSlot.K
+_V_ARG = FIRST_POINTER_ARG + ArgSlot.V
+_O_ARG = FIRST_POINTER_ARG + ArgSlot.O
+
+
+@dataclass(frozen=True)
+class _RunExpect:
+    """What :meth:`PagedAttentionRunner.run` compares each call's tensors against (read once per plan)."""
+
+    query_shape: torch.Size
+    cache_shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    device_index: int
+    query_bytes: int
+    cache_bytes: int
+    table_start: int
+    table_end: int
+
+    @classmethod
+    def of(cls, runner: PagedAttentionRunner) -> _RunExpect:
+        q, k, table = runner.query, runner.key_cache, runner.block_table
+        start = table.data_ptr()
+        return cls(q.shape, k.shape, q.dtype, q.device, q.get_device(), q.numel() * q.element_size(),
+                   k.numel() * k.element_size(), start, start + table.numel() * table.element_size())
+
+
+def _check_run_tensor(tensor: object, name: str, shape: torch.Size, expect: _RunExpect) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.shape != shape:
+        raise ValueError(f"{name} shape must be the planned {tuple(shape)}, got {tuple(tensor.shape)}; "
+                         "a different shape needs its own runner")
+    if tensor.dtype != expect.dtype:
+        raise TypeError(f"{name} dtype must be the planned {expect.dtype}, got {tensor.dtype}")
+    if tensor.device != expect.device:
+        raise ValueError(f"{name} must be on the planned device {expect.device}, got {tensor.device}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (the kernel addresses it with dense strides), got strides "
+                         f"{tuple(tensor.stride())}; call .contiguous() first")
+
+
+def _raise_alias(out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
+    o = out.data_ptr()
+    o_end = o + out.numel() * out.element_size()
+    for name, tensor in inputs.items():
+        start = tensor.data_ptr()
+        end = start + tensor.numel() * tensor.element_size()
+        if start < o_end and o < end:
+            raise ValueError(f"out must not share memory with {name} (out bytes [{o:#x}, {o_end:#x}) overlap "
+                             f"{name} bytes [{start:#x}, {end:#x}))")
+    raise AssertionError("unreachable: an overlap was detected")
 
 
 def _zeroer(tensors: tuple[torch.Tensor, ...]) -> Launch:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling import abi
+from tiling.invariant import invariant_tile, split_invariant
 from tiling.splits import STRATEGIES, CoreSplit, Strategy, choose_tile, headnum_move, split_cores
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
@@ -53,6 +54,8 @@ class PagedAttentionPlan:
     dtype: str
     scale: float
     context_lens: tuple[int, ...]
+    #: Planned by :mod:`tiling.invariant` (split length, tile and head split pinned).
+    batch_invariant: bool = False
 
     @property
     def nonempty_batch(self) -> int:
@@ -183,17 +186,25 @@ def plan_paged_attention(
     dtype: str = "fp16",
     core_count: int = 24,
     strategy: Strategy = "auto",
+    batch_invariant: bool = False,
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
     ``context_lens`` are the tokens each sequence attends to (0 = empty: a zero output row),
     ``max_pages`` the block table's row length, ``num_blocks`` the pages in the KV cache,
     ``core_count`` the device's cube cores (24 on a 910B), ``strategy`` forces BN or split-KV.
+    ``batch_invariant`` pins split length, tile and head split (:mod:`tiling.invariant`) so that each
+    sequence's output is the same bits whatever else is in the batch and whatever ``core_count`` is; it
+    excludes a forced ``strategy``.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(batch_invariant, bool):
+        raise TypeError(f"batch_invariant must be a bool, got {batch_invariant!r}")
+    if batch_invariant and strategy != "auto":
+        raise ValueError(f"batch_invariant=True pins the task grid itself; strategy must be 'auto', got {strategy!r}")
     lens = np.asarray(context_lens)
     if lens.dtype.kind not in "iu":
         raise TypeError(f"context_lens must hold integers, got dtype {lens.dtype}")
@@ -207,8 +218,12 @@ def plan_paged_attention(
         raise ValueError(f"scale must be finite, got {scale}")
     batch = int(lens.size)
     max_kv = int(lens.max())
-    tile = choose_tile(block_size, head_dim)
-    split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
+    if batch_invariant:
+        tile = invariant_tile(block_size, head_dim)
+        split = split_invariant(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+    else:
+        tile = choose_tile(block_size, head_dim)
+        split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
     words = np.zeros(abi.tiling_words(batch), dtype=np.uint32)
     _header(
@@ -228,5 +243,5 @@ def plan_paged_attention(
         kv_split_tokens=split.kv_split_tokens, kv_core_num=split.kv_core_num, tile_tokens=tile.tile_tokens,
         split=split, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
-        context_lens=tuple(int(n) for n in lens),
+        context_lens=tuple(int(n) for n in lens), batch_invariant=batch_invariant,
     )

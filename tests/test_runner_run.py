@@ -1,0 +1,160 @@
+"""``PagedAttentionRunner.run``: one plan per decode step, one launch per layer on that layer's tensors.
+
+Checked: every layer's output equals a fresh runner's on the same tensors (same bits) and the float64 golden;
+``runner()`` still launches on the bound tensors afterwards; nothing is re-planned or reallocated; every bad
+argument raises before any launch (a counting wrapper sees zero launches and the poisoned output stays NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from accuracy.harness import Inputs, compare, golden
+from launcher import PagedAttentionRunner
+
+LAYERS = 3
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
+
+
+def _layer(seed: int, lens: tuple[int, ...], table: torch.Tensor, num_blocks: int,
+           dtype: torch.dtype = torch.bfloat16) -> Inputs:
+    gen = torch.Generator().manual_seed(seed)
+    cache = (num_blocks, BLOCK, KV_HEADS, HEAD_DIM)
+    return Inputs(query=torch.randn(len(lens), HEADS, HEAD_DIM, generator=gen).to(dtype),
+                  key_cache=torch.randn(cache, generator=gen).to(dtype),
+                  value_cache=torch.randn(cache, generator=gen).to(dtype), block_table=table, lens=lens)
+
+
+def _table(lens: tuple[int, ...], num_blocks: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    pages = [-(-n // BLOCK) for n in lens]
+    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
+    table = torch.full((len(lens), max(pages) + 1), -1, dtype=torch.int32)
+    start = 0
+    for row, count in enumerate(pages):
+        table[row, :count] = order[start:start + count]
+        start += count
+    return table
+
+
+@pytest.fixture
+def layers() -> Iterator[list[Inputs]]:
+    lens = (100, 1, 0, 333)
+    num_blocks = sum(-(-n // BLOCK) for n in lens) + 9
+    table = _table(lens, num_blocks)
+    yield [_layer(10 + i, lens, table, num_blocks) for i in range(LAYERS)]
+
+
+def _runner(inputs: Inputs, **options: object) -> PagedAttentionRunner:
+    return PagedAttentionRunner(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_table,
+                                list(inputs.lens), **options)  # type: ignore[arg-type]
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view(torch.int16)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "split_kv", "bn"])
+def test_run_per_layer_matches_a_fresh_runner_and_the_golden(layers: list[Inputs], strategy: str) -> None:
+    runner = _runner(layers[0], strategy=strategy)
+    plan, workspace = runner.plan, {slot: t.data_ptr() for slot, t in runner.workspace.items()}
+    outs = [torch.full_like(layer.query, math.nan) for layer in layers]
+    for layer, out in zip(layers, outs, strict=True):
+        for buffer in runner.workspace.values():
+            buffer.fill_(math.nan)
+        assert runner.run(layer.query, layer.key_cache, layer.value_cache, out=out) is out
+    for layer, out in zip(layers, outs, strict=True):
+        fresh = _runner(layer, strategy=strategy)()
+        assert torch.equal(_bits(out), _bits(fresh))
+        check = compare(out, golden(layer, HEAD_DIM ** -0.5), "bf16")
+        assert check.passed, check.summary()
+    assert runner.plan is plan  # never re-planned
+    assert {slot: t.data_ptr() for slot, t in runner.workspace.items()} == workspace  # never reallocated
+    # runner() still launches on the bound tensors (layer 0), not on the last run's.
+    assert torch.equal(_bits(runner()), _bits(outs[0]))
+
+
+def test_run_without_out_writes_the_runner_output(layers: list[Inputs]) -> None:
+    runner = _runner(layers[0])
+    runner.out.fill_(math.nan)
+    result = runner.run(layers[1].query, layers[1].key_cache, layers[1].value_cache)
+    assert result is runner.out
+    assert torch.equal(_bits(result), _bits(_runner(layers[1])()))
+
+
+def test_decode_loop_update_then_run_per_layer(layers: list[Inputs]) -> None:
+    """Plan per step, run per layer: after update() each layer sees the new lengths."""
+    runner = _runner(layers[0])
+    longer = tuple(n + 1 if n else 0 for n in layers[0].lens)
+    runner.update(list(longer))
+    for layer in layers:
+        grown = Inputs(layer.query, layer.key_cache, layer.value_cache, layer.block_table, longer)
+        out = runner.run(layer.query, layer.key_cache, layer.value_cache, out=torch.empty_like(layer.query))
+        assert compare(out, golden(grown, HEAD_DIM ** -0.5), "bf16").passed
+
+
+def test_batch_invariant_runner_runs_layers(layers: list[Inputs]) -> None:
+    runner = _runner(layers[0], batch_invariant=True)
+    out = runner.run(layers[2].query, layers[2].key_cache, layers[2].value_cache, out=torch.empty_like(layers[2].query))
+    assert torch.equal(_bits(out), _bits(_runner(layers[2], batch_invariant=True)()))
+
+
+# ---- bad arguments: an error before any launch ----------------------------------------------------------
+
+
+def _bad_calls(layer: Inputs, runner: PagedAttentionRunner) -> list[tuple[str, dict[str, object], type, str]]:
+    q, k, v = layer.query, layer.key_cache, layer.value_cache
+    return [
+        ("query not a tensor", dict(query=q.tolist()), TypeError, "query must be a torch.Tensor"),
+        ("query shape", dict(query=q[:, :4].contiguous()), ValueError, "query shape must be the planned"),
+        ("key shape", dict(key_cache=k[:-1].contiguous()), ValueError, "key_cache shape"),
+        ("value dtype", dict(value_cache=v.half()), TypeError, "value_cache dtype"),
+        ("query dtype", dict(query=q.float()), TypeError, "query dtype"),
+        ("non-contiguous key", dict(key_cache=k.transpose(1, 2).contiguous().transpose(1, 2)), ValueError,
+         "contiguous"),
+        ("meta value", dict(value_cache=torch.empty(v.shape, dtype=v.dtype, device="meta")), ValueError,
+         "device|NULL"),
+        ("out shape", dict(out=torch.empty(1, HEADS, HEAD_DIM, dtype=q.dtype)), ValueError, "out shape"),
+        ("out dtype", dict(out=torch.empty(q.shape, dtype=torch.float16)), TypeError, "out dtype"),
+        ("out is the query", dict(out=q), ValueError, "share memory with query"),
+        ("out inside the key cache", dict(out=k.view(-1)[:q.numel()].view(q.shape)), ValueError,
+         "share memory with key_cache"),
+        ("out inside the value cache", dict(out=v.view(-1)[64:64 + q.numel()].view(q.shape)), ValueError,
+         "share memory with value_cache"),
+    ]
+
+
+def test_bad_arguments_raise_before_any_launch(layers: list[Inputs]) -> None:
+    runner = _runner(layers[0], strategy="split_kv")
+    launches = []
+    real = runner._run_launch
+    runner._run_launch = lambda: (launches.append(1), real())[1]  # type: ignore[method-assign]
+    layer = layers[1]
+    for what, change, error, message in _bad_calls(layer, runner):
+        args: dict[str, object] = {"query": layer.query, "key_cache": layer.key_cache,
+                                   "value_cache": layer.value_cache, **change}
+        runner.out.fill_(math.nan)
+        with pytest.raises(error, match=message):
+            runner.run(**args)  # type: ignore[arg-type]
+        assert not launches, f"{what}: launched"
+        assert torch.isnan(runner.out.float()).all(), f"{what}: output written"
+    runner.run(layer.query, layer.key_cache, layer.value_cache)  # positive control: the wrapper counts
+    assert launches == [1]
+
+
+def test_out_over_the_block_table_is_refused(layers: list[Inputs]) -> None:
+    layer = layers[0]
+    table = layer.block_table
+    q_bytes = layer.query.numel() * layer.query.element_size()
+    buffer = torch.zeros(table.numel() + q_bytes // 4 + 1, dtype=torch.int32)
+    buffer[:table.numel()] = table.view(-1)
+    shared = buffer[:table.numel()].view(table.shape)  # the runner's table: the first bytes of buffer
+    runner = PagedAttentionRunner(layer.query, layer.key_cache, layer.value_cache, shared, list(layer.lens))
+    out = buffer.view(layer.query.dtype)[:layer.query.numel()].view(layer.query.shape)
+    with pytest.raises(ValueError, match="share memory with block_table"):
+        runner.run(layer.query, layer.key_cache, layer.value_cache, out=out)
+    assert torch.equal(buffer[:table.numel()], table.view(-1))  # nothing written
