@@ -6,6 +6,8 @@
     python bench_pa_performance.py --shapes pr --no-flush --stat mean --warmup 5 --iters 20   # published method
     python bench_pa_performance.py --batch 8 --ctx 4096 --dtype bf16 # one shape
     python bench_pa_performance.py --json run.json --compare base.json --tolerance 5   # regression gate
+    python bench_pa_performance.py --batch-invariant                 # also time batch_invariant=True
+    python bench_pa_performance.py --external simpler=/path/libpa.so # an external ATB-ABI kernel as a peer
 
 Exit status: 0 ok; 1 the gate found regressed or missing shapes; 2 the gate refused the comparison (other
 device kind or timing method) or an argument was invalid; 3 pa-kit failed or was inaccurate on some shape.
@@ -25,7 +27,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from benchmark import bytes_model
-from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers
+from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers, parse_external
 from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
 from benchmark.device import (
     BACKENDS,
@@ -81,6 +83,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     peers.add_argument("--checked", action="store_true", help="also time pa-kit in checked mode (mock/sim)")
     peers.add_argument("--core-count", type=int, help="cube cores to plan for (default: the device's)")
     peers.add_argument("--strategy", choices=("auto", "bn", "split_kv"), default="auto")
+    peers.add_argument("--batch-invariant", action="store_true",
+                       help="also time pa-kit with batch_invariant=True (rows 'pa-kit invariant')")
+    peers.add_argument("--external", action="append", default=[], metavar="NAME=PATH",
+                       help="time an external ATB-ABI kernel library as a peer, rows named NAME (repeatable); on "
+                            "mock/sim it must speak the mock protocol")
     timing = p.add_argument_group("timing")
     timing.add_argument("--stat", choices=STATISTICS, default="median",
                         help="median of per-launch times (default) or mean; --no-flush --stat mean is the "
@@ -168,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         backend = args.backend or default_backend()
         baselines = select_baselines(args, backend)
+        externals = tuple(parse_external(spec) for spec in args.external)
+        names = [name for name, _ in externals]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--external names must differ, got {names}")
         baseline_report = read_json(args.compare) if args.compare else None
     except ValueError as exc:
         log(f"error: {exc}")
@@ -185,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             print(str(exc), flush=True)
             return EXIT_REFUSED
     options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
-                           core_count=args.core_count, strategy=args.strategy)
+                           core_count=args.core_count, strategy=args.strategy,
+                           batch_invariant=args.batch_invariant, externals=externals)
     overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)
     log(f"launch overhead: {overhead.runner_noop_us or 0:.2f} µs per runner launch into call_kernel_noop "
-        f"({overhead.split_kv_runner_noop_us or 0:.2f} µs split-KV){'; ' + overhead.note if overhead.note else ''}")
+        f"({overhead.split_kv_runner_noop_us or 0:.2f} µs split-KV, {overhead.run_noop_us or 0:.2f} µs per run() "
+        f"with a BN plan){'; ' + overhead.note if overhead.note else ''}")
     suite = Suite(options, device, log=log)
     records = []
     start = cpu_snapshot()

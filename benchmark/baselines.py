@@ -9,7 +9,11 @@ Peers:
 
 * ``ifa``: CANN ``torch_npu.npu_incre_flash_attention`` on the same paged cache, every argument by keyword
   (the keyword-only order changed between torch_npu releases);
-* ``fia``: ``torch_npu.npu_fused_infer_attention_score`` when present;
+* ``fia``: ``torch_npu.npu_fused_infer_attention_score`` when present, in the TND layout with the arguments
+  vLLM-Ascend's decode passes (cumulative query lengths, per-sequence KV lengths, ``sparse_mode=3`` with its
+  2048 x 2048 causal mask); TND takes head_dim 64, 128 or 192 only;
+* external ATB-ABI kernel libraries (``--external NAME=PATH``): launched by pa-kit's own runner with that
+  library in place of ours (:func:`prepare_external`), rows named ``NAME``;
 * ``torch-paged``: gather the pages into preallocated buffers, grouped matmul, softmax, matmul (gather timed);
 * ``torch-dense``: the same on K/V gathered beforehand into ``[batch, kv_heads, ctx, head_dim]``: the upper
   bound of what torch can do on this device;
@@ -248,12 +252,40 @@ def fia_scale_keyword() -> str:
     return "scale_value" if "scale_value" in names else "scale"
 
 
+#: head_dim values FIA's TND layout accepts.
+FIA_TND_HEAD_DIMS = (64, 128, 192)
+#: Side of the compressed causal mask that ``sparse_mode=3`` takes.
+FIA_MASK_SIDE = 2048
+FIA_SPARSE_MODE_CAUSAL = 3
+
+
 def fia_arguments(case: BenchCase, scale_keyword: str = "scale") -> dict[str, Any]:
-    """Keyword arguments of ``npu_fused_infer_attention_score``: IFA's, with KV lengths in ``actual_seq_lengths_kv``."""
-    args = ifa_arguments(case)
-    args["actual_seq_lengths_kv"] = args.pop("actual_seq_lengths")
-    args[scale_keyword] = args.pop("scale_value")
-    return args
+    """Keyword arguments of ``npu_fused_infer_attention_score`` as vLLM-Ascend's decode passes them (TND).
+
+    Q ``[T, Hq, D]`` with ``T = batch`` (one token per sequence), ``actual_seq_lengths`` the cumulative query
+    lengths ``[1, 2, ..., B]``, ``actual_seq_lengths_kv`` the per-sequence KV lengths, both host lists of
+    ints; K/V the paged cache viewed ``[num_blocks, block_size, Hkv*D]``; ``sparse_mode=3`` with a
+    2048 x 2048 upper-triangular bool mask (for one query token per sequence it masks nothing).
+    """
+    s = case.shape
+    if s.head_dim not in FIA_TND_HEAD_DIMS:
+        raise ValueError(f"FIA's TND layout takes head_dim {FIA_TND_HEAD_DIMS}, got {s.head_dim}")
+    mask = torch.ones(FIA_MASK_SIDE, FIA_MASK_SIDE, dtype=torch.bool, device=case.query.device).triu(diagonal=1)
+    return {
+        "query": case.query,
+        "key": case.key_cache.view(case.key_cache.shape[0], s.block_size, s.num_kv_heads * s.head_dim),
+        "value": case.value_cache.view(case.value_cache.shape[0], s.block_size, s.num_kv_heads * s.head_dim),
+        "atten_mask": mask,
+        "block_table": case.block_table,
+        "input_layout": "TND",
+        "block_size": s.block_size,
+        "actual_seq_lengths": list(range(1, s.batch + 1)),
+        "actual_seq_lengths_kv": [int(n) for n in s.context_lens],
+        "num_key_value_heads": s.num_kv_heads,
+        "num_heads": s.num_heads,
+        scale_keyword: case.scale,
+        "sparse_mode": FIA_SPARSE_MODE_CAUSAL,
+    }
 
 
 def prepare_ifa(case: BenchCase, torch_npu: Any) -> Launch:
@@ -267,12 +299,39 @@ def prepare_fia(case: BenchCase, torch_npu: Any) -> Launch:
     s = case.shape
     args = fia_arguments(case, fia_scale_keyword())
     op = torch_npu.npu_fused_infer_attention_score
-    return lambda: op(**args)[0].view(s.batch, s.num_heads, s.head_dim)
+    return lambda: op(**args)[0].view(s.batch, s.num_heads, s.head_dim)  # TND out: [T = batch, Hq, D]
 
 
 def available_npu_peers(torch_npu: Any) -> tuple[str, ...]:
     return tuple(name for name, attr in (("ifa", "npu_incre_flash_attention"),
                                          ("fia", "npu_fused_infer_attention_score")) if hasattr(torch_npu, attr))
+
+
+def parse_external(spec: str) -> tuple[str, str]:
+    """``NAME=PATH`` of ``--external``: a row name that is not one of ours, and a library path."""
+    name, sep, path = spec.partition("=")
+    name, path = name.strip(), path.strip()
+    if not sep or not name or not path:
+        raise ValueError(f"--external takes NAME=PATH, got {spec!r}")
+    if name in BASELINES or name.startswith("pa-kit"):
+        raise ValueError(f"--external name {name!r} is taken by a built-in implementation; pick another")
+    return name, path
+
+
+def prepare_external(case: BenchCase, path: str, backend: str, **options: Any) -> Any:
+    """pa-kit's runner on an external ATB-ABI library at ``path``: same plan, arguments and golden check.
+
+    On the npu backend the library is launched as an NPU kernel (an external ATB-ABI kernel gets its empty
+    rows zeroed by the runner); on mock/sim it must speak the mock protocol (e.g. another build of the
+    mock device), which is how the CPU tests exercise this path.  Returns the runner (its call launches).
+    """
+    from launcher import PagedAttentionRunner
+    from launcher.backends import BACKENDS
+
+    return PagedAttentionRunner(
+        case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
+        backend=BACKENDS[backend](path), out=torch.empty_like(case.query), **options,
+    )
 
 
 def prepare_baseline(name: str, case: BenchCase, torch_npu: Any = None) -> Launch:

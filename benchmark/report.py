@@ -9,8 +9,9 @@ JSON schema (``schema_version`` 1), one object:
   ``cann`` on an NPU);
 * ``timing``: the :class:`~benchmark.timing.TimingPolicy` fields and ``description``;
 * ``bytes_model``: the model's one-line description (``benchmark/bytes_model.py``);
-* ``launch_overhead``: host microseconds per launch of the runner's path into the no-op entry, and of a bare
-  cached ctypes call of that entry;
+* ``launch_overhead``: host microseconds per launch of the runner's path into the no-op entry (also with a
+  split-KV plan, and ``run_noop_us``: ``runner.run`` on other tensors), and of a bare cached ctypes call of
+  that entry;
 * ``records``: one :class:`BenchRecord` per (shape id, implementation);
 * ``extras``: free-form per-backend figures (the simulation's per-launch counters).
 """
@@ -82,6 +83,8 @@ class LaunchOverhead:
     note: str = ""
     #: The same runner path with a split-KV plan: it also zeroes the split partials on every launch.
     split_kv_runner_noop_us: float | None = None
+    #: ``runner.run(q, k, v, out)`` on other tensors with a BN plan: argument checks + the launch path.
+    run_noop_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,9 @@ def render_header(report: BenchReport) -> str:
     runner_us = _fmt(lo.runner_noop_us, ".2f")
     split_us = _fmt(lo.split_kv_runner_noop_us, ".2f")
     bare_us = _fmt(lo.bare_noop_us, ".2f")
+    run_us = _fmt(lo.run_noop_us, ".2f")
+    run_over = ("-" if lo.run_noop_us is None or lo.bare_noop_us is None
+                else f"{lo.run_noop_us - lo.bare_noop_us:+.2f}")
     lines = [
         "pa-kit paged-attention decode benchmark",
         f"device:   {dev.name} [kind {dev.kind}], backend {dev.backend}, {dev.cpu_count} host CPUs, "
@@ -204,6 +210,8 @@ def render_header(report: BenchReport) -> str:
         f"software: {software}",
         f"launch:   {runner_us} µs per runner launch into call_kernel_noop ({split_us} µs with a split-KV plan); "
         f"bare cached ctypes call {bare_us} µs (host, shape {lo.probe_shape_id}){'; ' + lo.note if lo.note else ''}",
+        f"run():    {run_us} µs per runner.run(q, k, v, out) into call_kernel_noop with a BN plan, {run_over} µs "
+        f"over the bare call (per-layer path of a decode step: argument checks + launch)",
         f"timing:   {report.timing.get('description', '')}",
         f"bytes:    {report.bytes_model}",
         f"command:  {report.command}",

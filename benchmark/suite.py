@@ -1,7 +1,8 @@
 """The measurement loop: per shape, build the inputs, check every implementation against the golden, time it.
 
 Also the launch-overhead probe: host µs per ``runner()`` whose kernel entry is ``call_kernel_noop`` (the
-runner's whole launch path, kernel excluded), per ``runner.noop()``, and per bare cached ctypes call.
+runner's whole launch path, kernel excluded), per ``runner.run(q, k, v, out)`` on other tensors (the per-layer
+path of a decode step: argument checks + launch), per ``runner.noop()``, and per bare cached ctypes call.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from benchmark.baselines import (
     golden,
     max_abs_error,
     prepare_baseline,
+    prepare_external,
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
@@ -29,6 +31,7 @@ from benchmark.sim_figures import read_sim_figures
 from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
 
 PA_KIT_CHECKED = "pa-kit checked"
+PA_KIT_INVARIANT = "pa-kit invariant"
 #: Shape of the launch-overhead probe: small, so that nothing but the launch path is measured.
 PROBE_CONTEXT = 512
 #: Calls and repeats of the per-shape launch-path probe (fewer than the header's: it runs once per shape).
@@ -45,6 +48,10 @@ class SuiteOptions:
     time_checked: bool = False
     core_count: int | None = None
     strategy: str = "auto"
+    #: Also time pa-kit with ``batch_invariant=True`` (rows ``pa-kit invariant``).
+    batch_invariant: bool = False
+    #: (row name, library path) of external ATB-ABI kernels timed beside pa-kit.
+    externals: tuple[tuple[str, str], ...] = ()
 
 
 def device_for(backend: str) -> str:
@@ -56,13 +63,15 @@ def plan_summary(plan: Any) -> str:
     return f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num} key{int(plan.key)}"
 
 
-def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backend: Any = None) -> Any:
+def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backend: Any = None,
+                batch_invariant: bool = False) -> Any:
     from launcher import PagedAttentionRunner
 
     return PagedAttentionRunner(
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),
-        checked=checked, core_count=options.core_count, strategy=options.strategy,
+        checked=checked, core_count=options.core_count,
+        strategy="auto" if batch_invariant else options.strategy, batch_invariant=batch_invariant,
     )
 
 
@@ -100,8 +109,23 @@ def measure_launch_overhead(options: SuiteOptions, dtype: str = "fp16") -> Launc
     split_us = host_us_per_call(split)
     method_us = host_us_per_call(runner.noop)
     bare_us = host_us_per_call(lambda: noop(*args))
+    run_us = _run_overhead(case, options)
     note = f"runner.noop() {method_us:.2f} µs; plans {plan_summary(runner.plan)} / {plan_summary(split.plan)}"
-    return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note, split_kv_runner_noop_us=split_us)
+    return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note, split_kv_runner_noop_us=split_us,
+                          run_noop_us=run_us)
+
+
+def _run_overhead(case: BenchCase, options: SuiteOptions) -> float | None:
+    """µs per ``runner.run(q, k, v, out)`` into the no-op entry with a BN plan (no split partials to zero),
+    on tensors other than the bound ones, as a decode step's per-layer call is."""
+    try:
+        runner = make_runner(case, replace(options, strategy="bn"), checked=False,
+                             backend=noop_backend(options.backend))
+    except (RuntimeError, OSError, ValueError):
+        return None
+    query, key, value = case.query.clone(), case.key_cache.clone(), case.value_cache.clone()
+    out = torch.empty_like(query)
+    return host_us_per_call(lambda: runner.run(query, key, value, out))
 
 
 def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel, status: str) -> BenchRecord:
@@ -140,9 +164,23 @@ class Suite:
                 return runner, plan_summary(runner.plan), runner
             return prepare
 
+        def invariant() -> tuple[Launch, str | None, Any]:
+            runner = make_runner(case, self.options, checked=False, batch_invariant=True)
+            return runner, plan_summary(runner.plan), runner
+
+        def external(path: str) -> Callable[[], tuple[Launch, str | None, Any]]:
+            def prepare() -> tuple[Launch, str | None, Any]:
+                runner = prepare_external(case, path, self.options.backend, checked=False,
+                                          core_count=self.options.core_count, strategy=self.options.strategy)
+                return runner, plan_summary(runner.plan), None
+            return prepare
+
         impls = [(PA_KIT, pa_kit(False))]
         if self.options.time_checked and self.options.backend != "npu":
             impls.append((PA_KIT_CHECKED, pa_kit(True)))
+        if self.options.batch_invariant:
+            impls.append((PA_KIT_INVARIANT, invariant))
+        impls += [(name, external(path)) for name, path in self.options.externals]
         for name in self.options.baselines:
             impls.append((name, lambda name=name: (prepare_baseline(name, case, self.torch_npu), None, None)))
         return impls

@@ -5,7 +5,6 @@ No test asserts a measured time: timing numbers belong in the benchmark's output
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from fake_torch_npu import fake_torch_npu
 
 import bench_pa_performance
 from benchmark import bytes_model, compare, report, shapes, timing
@@ -27,7 +27,6 @@ from benchmark.baselines import (
     golden,
     max_abs_error,
     prepare_baseline,
-    prepare_fia,
     prepare_ifa,
     within_tolerance,
 )
@@ -224,37 +223,6 @@ def test_script_refuses_other_device_kind_before_measuring(tmp_path: Path, capsy
 # ---- IFA / FIA arguments against their documented signatures -------------------------------------------
 
 
-def documented_ifa(query: Any, key: Any, value: Any, *, padding_mask=None, pse_shift=None, atten_mask=None,
-                   actual_seq_lengths=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
-                   quant_scale2=None, quant_offset2=None, antiquant_scale=None, antiquant_offset=None,
-                   block_table=None, kv_padding_size=None, num_heads=1, scale_value=1.0, input_layout="BSH",
-                   num_key_value_heads=0, block_size=0, inner_precise=1) -> Any:
-    """torch_npu.npu_incre_flash_attention as documented (torch_npu 6.0.0+)."""
-
-
-def documented_fia(query: Any, key: Any, value: Any, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None,
-                   actual_seq_lengths_kv=None, block_table=None, num_heads=1, scale=1.0,
-                   pre_tokens=2147483647, next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
-                   sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0,
-                   softmax_lse_flag=False) -> Any:
-    """torch_npu.npu_fused_infer_attention_score (7.x), the arguments a paged decode uses."""
-
-
-def fake_torch_npu(calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> types.SimpleNamespace:
-    def recorder(name: str, documented: Any, result: Any) -> Any:
-        def op(*args: Any, **kwargs: Any) -> Any:
-            inspect.signature(documented).bind(*args, **kwargs)  # TypeError if it does not match the docs
-            calls.append((name, args, kwargs))
-            q = kwargs["query"]
-            return result(torch.zeros_like(q))
-        return op
-
-    return types.SimpleNamespace(
-        npu_incre_flash_attention=recorder("ifa", documented_ifa, lambda out: out),
-        npu_fused_infer_attention_score=recorder("fia", documented_fia, lambda out: (out, None)),
-    )
-
-
 @pytest.fixture(scope="module")
 def small_case() -> BenchCase:
     shape = shapes.BenchShape("t", num_heads=8, num_kv_heads=2, head_dim=32, block_size=16, dtype="fp16",
@@ -282,15 +250,6 @@ def test_ifa_call_is_keyword_only_and_matches_the_documented_signature(small_cas
     assert tuple(out.shape) == (s.batch, s.num_heads, s.head_dim)
     # Every used block-table entry lies in [0, num_blocks), unused ones too (IFA's rule).
     assert int(small_case.block_table.min()) >= 0 and int(small_case.block_table.max()) < num_blocks
-
-
-def test_fia_call_uses_kv_lengths_and_scale(small_case: BenchCase) -> None:
-    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-    prepare_fia(small_case, fake_torch_npu(calls))()
-    (name, args, kw), = calls
-    assert name == "fia" and args == ()
-    assert kw["actual_seq_lengths_kv"] == [5, 40, 17] and "actual_seq_lengths" not in kw
-    assert kw["scale"] == pytest.approx(1 / math.sqrt(32)) and "scale_value" not in kw
 
 
 def test_npu_peers_are_those_the_module_has() -> None:
@@ -391,17 +350,6 @@ def test_other_processes_share_of_the_host() -> None:
     assert other_processes_share(start, None) is None
     assert busy_host_warning(0.05) is None
     assert "75 %" in (busy_host_warning(0.75) or "")
-
-
-def test_sim_figures_mirror_follows_the_header() -> None:
-    import re
-
-    from benchmark.sim_figures import SimStats
-
-    header = (REPO / "kernel" / "npu" / "pa_sim_api.h").read_text()
-    body = header[header.index("typedef struct pa_sim_stats {"):header.index("} pa_sim_stats;")]
-    names = re.findall(r"^\s*(?:uint64_t|uint32_t|double)\s+(\w+)", body, re.MULTILINE)
-    assert names == [name for name, _ in SimStats._fields_]
 
 
 def test_sim_figures_of_a_launch() -> None:
