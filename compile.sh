@@ -8,7 +8,8 @@
 #   bash compile.sh --force    rebuild even when up to date
 #
 # Libraries:
-#   libpa_mock.so  the mock NPU device (kernel/mock, gcc, portable flags; SIMD paths are chosen at run time)
+#   libpa_mock.so  the mock NPU device (kernel/mock and the contract checker kernel/contract, gcc, portable
+#                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
 set -euo pipefail
@@ -53,7 +54,8 @@ mock_stamp() {
     {
         "$CC" --version | head -n 1
         printf '%s\n' "${MOCK_CFLAGS[@]}" "${MOCK_LIBS[@]}"
-        find "$ROOT/kernel/mock" "$ROOT/kernel/pa_kernel_abi.h" -type f \( -name '*.c' -o -name '*.h' \) \
+        find "$ROOT/kernel/mock" "$ROOT/kernel/contract" "$ROOT/kernel/pa_kernel_abi.h" -type f \
+            \( -name '*.c' -o -name '*.h' \) \
             -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s#$ROOT/##"
     } | sha256sum | cut -d' ' -f1
 }
@@ -72,7 +74,8 @@ build_mock() {
     fi
     mkdir -p "$LIB_DIR"
     local tmp="$out.tmp.$$"
-    if "$CC" "${MOCK_CFLAGS[@]}" -I"$ROOT/kernel" -I"$ROOT/kernel/mock" "$ROOT"/kernel/mock/*.c -o "$tmp" \
+    if "$CC" "${MOCK_CFLAGS[@]}" -I"$ROOT/kernel" -I"$ROOT/kernel/mock" "$ROOT"/kernel/mock/*.c \
+        "$ROOT"/kernel/contract/*.c -o "$tmp" \
         "${MOCK_LIBS[@]}"; then
         mv -f "$tmp" "$out"  # atomic: a process that has the old library mapped keeps a valid file
         echo "$stamp" >"$stamp_file"

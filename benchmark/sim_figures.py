@@ -11,42 +11,19 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-#: On-chip regions in ``PA_SIM_REGION_*`` order.
-REGIONS = ("UB", "L1", "L0A", "L0B", "L0C")
+from launcher.sim_api import REGIONS, declare, has_sim_api, last_stats
+
 MB = 1e6
 KIB = 1024
 
 
-class SimStats(ctypes.Structure):
-    """``pa_sim_stats``."""
-
-    _fields_ = [
-        ("gm_read_bytes", ctypes.c_uint64),
-        ("gm_write_bytes", ctypes.c_uint64),
-        ("kv_read_bytes", ctypes.c_uint64),
-        ("scratch_bytes", ctypes.c_uint64),
-        ("partial_bytes", ctypes.c_uint64),
-        ("handoffs", ctypes.c_uint64),
-        ("units", ctypes.c_uint64),
-        ("tasks", ctypes.c_uint64),
-        ("matmuls", ctypes.c_uint64),
-        ("peak_bytes", ctypes.c_uint32 * len(REGIONS)),
-        ("capacity_bytes", ctypes.c_uint32 * len(REGIONS)),
-        ("block_dim", ctypes.c_uint32),
-        ("threads", ctypes.c_uint32),
-        ("wall_seconds", ctypes.c_double),
-    ]
-
-
 def read_sim_figures(handle: ctypes.CDLL, model_kv_bytes: int) -> dict[str, Any] | None:
     """The last launch's figures on this thread, or None when the library has no simulation counters."""
-    entry = getattr(handle, "pa_sim_stats_get", None)
-    if entry is None:
+    if not has_sim_api(handle):
         return None
-    entry.argtypes = [ctypes.POINTER(SimStats)]
-    entry.restype = ctypes.c_int32
-    stats = SimStats()
-    if entry(ctypes.byref(stats)) != 0:
+    declare(handle)
+    stats = last_stats(handle)
+    if stats is None:
         return None
     figures: dict[str, Any] = {
         "gm_read_mb": round(stats.gm_read_bytes / MB, 3),

@@ -19,7 +19,8 @@
  * A library without pa_abi_version is an external ATB-ABI kernel: void return, keys 0/1/16/17 only, and it
  * does not write the rows of empty sequences (the launcher zeroes them).
  *
- * Return codes (our kernels): PA_OK, or one of PA_ERR_*; the mock fills a pa_mock_error record too.
+ * Return codes (our kernels): PA_OK, or one of PA_ERR_*; the mock and the simulation also fill a pa_mock_error
+ * record (kernel/mock/pa_mock_api.h) through the one contract checker, kernel/contract/pa_contract.c.
  */
 #ifndef PA_KERNEL_ABI_H
 #define PA_KERNEL_ABI_H
@@ -53,6 +54,13 @@
 #define PA_ARG_V16 21          /* unused: NULL                                                         */
 #define PA_ARG_TILING 22       /* [uint32 words] PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * B     */
 #define PA_NUM_PTR_ARGS 23
+
+/* The pointer arguments by name, in slot order: X(name) once per slot.  Every entry point (call_kernel,
+ * call_kernel_noop, the device kernel) and every host wrapper spells its parameter list with this macro, so
+ * no file lists the 23 names by hand; `tests/test_abi_mirror.py` checks the names against ArgSlot. */
+#define PA_PTR_ARGS(X)                                                                                        \
+    X(q) X(k) X(v) X(block_tables) X(mask) X(deq_scale1) X(deq_offset1) X(deq_scale2) X(deq_offset2)          \
+    X(razor_offset) X(scale) X(logn) X(eye) X(o) X(s) X(p) X(o_tmp) X(go) X(o_core) X(l) X(k16) X(v16) X(tiling)
 
 /* ---- tiling header words (read as uint32 unless noted) ------------------------------------------------ */
 #define PA_TW_BATCH 0               /* B (informational)                                                 */
@@ -170,9 +178,39 @@
  * ATB caps q heads per task at PA_HEAD_SPLIT_LIMIT.
  */
 #define PA_COMBINE_UB_FLOATS 8192
+#define PA_COMBINE_ROW_ALIGN 8
 #define PA_HEAD_SPLIT_LIMIT 32
+
+/* ---- supported shapes: the planner refuses anything else before a launch, the contract checker refuses it
+ * in a launch.  head_dim a multiple of PA_HEAD_DIM_ALIGN in [PA_HEAD_DIM_ALIGN, PA_MAX_HEAD_DIM]; block_size
+ * a power of two in [PA_MIN_BLOCK_SIZE, PA_MAX_BLOCK_SIZE]; 1 <= num_heads <= PA_MAX_NUM_HEADS, a multiple of
+ * kv_heads with num_heads / kv_heads <= PA_MAX_GROUP; 1 <= batch <= PA_MAX_BATCH. */
+#define PA_HEAD_DIM_ALIGN 16
 #define PA_MAX_HEAD_DIM 256
+#define PA_MIN_BLOCK_SIZE 16
+#define PA_MAX_BLOCK_SIZE 512
+#define PA_MAX_NUM_HEADS 256
+#define PA_MAX_GROUP 64
 #define PA_MAX_BATCH 65535
+#define PA_HEADNUM_MOVE_MAX 2
+
+/* ---- the split count: how many KV splits a sequence of kv_len tokens runs, for a split length of kv_split
+ * tokens (PA_TW_KVSPLIT) and pages of block_size tokens.  0 for an empty sequence.  PA_TW_KVCORENUM must be
+ * the split count of the longest sequence (1 when every sequence is empty).  tiling/abi.py kv_splits mirrors
+ * it and the mirror test compares the two through pa_abi_kv_splits(), exported by the mock and the sim. */
+static inline uint32_t pa_kv_splits(uint32_t kv_len, uint32_t block_size, uint32_t kv_split)
+{
+    const uint64_t aligned = ((uint64_t)kv_len + block_size - 1) / block_size * block_size;
+    return (uint32_t)((aligned + kv_split - 1) / kv_split);
+}
+
+/* ---- the layout of q, o and the split-KV partials, which the contract checker enforces per slot s -----
+ *   PA_BF_ADDR_Q = PA_BF_ADDR_O = s * Hq * D           (every slot: dense [B, Hq, D] tensors)
+ *   PA_BF_BATCH_IDX = s
+ *   for split-KV keys and a non-empty slot, with n = the number of non-empty slots before s:
+ *   PA_BF_ADDR_L = n * Hq * kvCN,  PA_BF_ADDR_OFD = n * Hq * D   (the kernel multiplies OFD by kvCN)
+ * and the buffers hold at least: q, o B*Hq*D; k, v num_blocks*bs*Hkv*D; block_tables B*max_blocks;
+ * o_core B_nonempty*Hq*kvCN*D; l B_nonempty*Hq*kvCN; s, p, o_tmp block_dim * their core stride. */
 
 /* ---- where our planner departs from ATB, and why ------------------------------------------------------
  * 1. Long-sequence split-KV keeps ATB's batch guard (B <= 0.8 * block_dim), which the upstream port dropped
@@ -203,7 +241,8 @@
 #define PA_ERR_NULL_POINTER 6     /* a pointer the key needs is NULL                                      */
 #define PA_ERR_BAD_LAUNCH 7       /* block_dim of 0 or larger than the scratch holds, or no config        */
 #define PA_ERR_INTERNAL 8         /* a simulated device fault (sim: deadlock timeout, on-chip overflow)   */
+#define PA_ERR_HAZARD 9           /* sim checked mode: two accesses the device's pipes would not order    */
 /* Pointer hygiene: PA_ERR_NULL_POINTER also reports a non-NULL mask pointer (a kernel that gates the mask on
- * the pointer, as the upstream PR form does, would read it out of bounds; research note §9.11). */
+ * the pointer instead of on PA_TW_MASK_MAX_LEN would read it out of bounds; docs/CONTRACT.md). */
 
 #endif /* PA_KERNEL_ABI_H */

@@ -111,10 +111,23 @@ def _load_resolved(path: str) -> KernelLibrary:
         noop.restype = ctypes.c_int32
     has_mock_api = hasattr(handle, "pa_mock_bind") and hasattr(handle, "pa_mock_last_error")
     if has_mock_api:
-        from launcher import mock_api
-
-        mock_api.declare(handle)
+        _declare_mirrors(path, handle)
     return KernelLibrary(
         path=Path(path), handle=handle, call_kernel=call, call_kernel_noop=noop, abi_version=abi_version,
         supported_keys=keys, has_mock_api=has_mock_api,
     )
+
+
+def _declare_mirrors(path: str, handle: ctypes.CDLL) -> None:
+    """Declare the mock API (and the simulation's) and refuse a library whose structs the mirrors misdescribe:
+    a wrong mirror would make the library read or write past a Python buffer."""
+    from launcher import mock_api, sim_api
+
+    mock_api.declare(handle)
+    problems = mock_api.layout_mismatches(handle)
+    if sim_api.has_sim_api(handle):
+        sim_api.declare(handle)
+        problems += sim_api.layout_mismatches(handle)
+    if problems:
+        raise RuntimeError(f"{path}: the launcher's ctypes mirrors do not match the library's structs "
+                           f"({'; '.join(problems)}); rebuild it with `bash compile.sh`")

@@ -1,10 +1,11 @@
-"""ctypes mirror of the mock-device API (``kernel/mock/pa_mock_api.h``).
+"""ctypes mirror of the mock-device API (``kernel/mock/pa_mock_api.h``): the one copy of its structs.
 
-The mock device (and the simulation) export, besides ``call_kernel``: ``pa_mock_bind`` (per-thread binding of
+The mock device and the simulation export, besides ``call_kernel``: ``pa_mock_bind`` (per-thread binding of
 buffer extents, num_blocks, checked mode, thread count and SIMD path), ``pa_mock_last_error`` (per-thread error
-record), ``pa_mock_read_bandwidth_gbs`` and a few introspection calls.  :func:`declare` sets ``argtypes`` and
-``restype`` once on a loaded library; :func:`struct_layout_matches` compares these ``Structure`` classes with
-the C layout the library reports.
+record), ``pa_mock_read_bandwidth_gbs``, ``pa_mock_struct_layout`` and ``pa_abi_kv_splits``.  :func:`declare`
+sets ``argtypes`` and ``restype`` once on a loaded library; :func:`layout_mismatches` compares these
+``Structure`` classes with the C layout the library reports (the launcher refuses a library that disagrees).
+No other module defines these structs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 from enum import IntEnum
 
+from launcher import layout
 from tiling import abi
 
 MESSAGE_BYTES = 256
@@ -71,6 +73,7 @@ def declare(handle: ctypes.CDLL) -> None:
         "pa_mock_best_isa": ([], ctypes.c_int32),
         "pa_abi_version": ([], ctypes.c_int32),
         "pa_supported_keys": ([], ctypes.c_uint32),
+        "pa_abi_kv_splits": ([ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32], ctypes.c_uint32),
     }
     for name, (argtypes, restype) in signatures.items():
         if hasattr(handle, name):
@@ -81,25 +84,28 @@ def declare(handle: ctypes.CDLL) -> None:
 
 def python_layout() -> list[int]:
     """Sizes and field offsets of the two Structures, in ``pa_mock_struct_layout`` order."""
-    layout = [ctypes.sizeof(MockConfig)]
-    layout += [getattr(MockConfig, name).offset for name, *_ in MockConfig._fields_]
-    layout.append(ctypes.sizeof(MockError))
-    layout += [getattr(MockError, name).offset for name, *_ in MockError._fields_]
-    return layout
+    return layout.layout_of(MockConfig) + layout.layout_of(MockError)
 
 
 def c_layout(handle: ctypes.CDLL) -> list[int]:
     """The same numbers as the library's C compiler laid them out."""
-    out = (ctypes.c_int64 * LAYOUT_WORDS)()
-    count = handle.pa_mock_struct_layout(out, LAYOUT_WORDS)
+    return layout.layout_words(handle.pa_mock_struct_layout, LAYOUT_WORDS)
+
+
+def layout_mismatches(
+    handle: ctypes.CDLL, config: type[ctypes.Structure] = MockConfig, error: type[ctypes.Structure] = MockError
+) -> list[str]:
+    """Where ``config``/``error`` (by default this module's mirrors) differ from the library's structs."""
+    words = (ctypes.c_int64 * LAYOUT_WORDS)()
+    count = int(handle.pa_mock_struct_layout(words, LAYOUT_WORDS))
     if count != LAYOUT_WORDS:
-        raise RuntimeError(f"pa_mock_struct_layout reports {count} words, this mirror expects {LAYOUT_WORDS}")
-    return list(out)
+        return [f"pa_mock_struct_layout reports {count} words, this module expects {LAYOUT_WORDS}"]
+    return layout.mismatches([config, error], list(words))
 
 
 def struct_layout_matches(handle: ctypes.CDLL) -> bool:
     """True when :class:`MockConfig` and :class:`MockError` match the library's structs exactly."""
-    return python_layout() == c_layout(handle)
+    return not layout_mismatches(handle)
 
 
 def last_error(handle: ctypes.CDLL) -> MockError:

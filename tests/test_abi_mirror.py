@@ -141,10 +141,71 @@ def test_negative_control_extra_define_is_caught(header_text: str) -> None:
     assert any("TW_NEW_WORD" in problem for problem in header_to_python_mismatches(altered))
 
 
-def test_mock_api_structs_match_the_library_layout() -> None:
-    """``launcher/mock_api.py`` Structures vs the layout the compiled mock reports (``pa_mock_struct_layout``)."""
-    from launcher import mock_api
+PTR_ARGS = re.compile(r"#define PA_PTR_ARGS\(X\)((?:[^\n]*\\\n)*[^\n]*)")
+
+
+def ptr_arg_names(text: str) -> list[str]:
+    """The names the header's ``PA_PTR_ARGS`` X-macro lists, in order."""
+    match = PTR_ARGS.search(text)
+    assert match, "the header no longer defines PA_PTR_ARGS(X)"
+    return re.findall(r"X\((\w+)\)", match.group(1))
+
+
+def test_pointer_argument_names_match_the_slots(header_text: str) -> None:
+    assert ptr_arg_names(header_text) == list(abi.PTR_ARG_NAMES)
+
+
+def test_negative_control_swapped_pointer_arguments_are_caught(header_text: str) -> None:
+    altered = header_text.replace("X(o_core) X(l)", "X(l) X(o_core)")
+    assert altered != header_text
+    assert ptr_arg_names(altered) != list(abi.PTR_ARG_NAMES)
+
+
+def test_supported_block_sizes_follow_the_header_limits() -> None:
+    sizes = abi.SUPPORTED_BLOCK_SIZES
+    assert sizes[0] == abi.MIN_BLOCK_SIZE and sizes[-1] == abi.MAX_BLOCK_SIZE
+    assert all(b & (b - 1) == 0 for b in sizes)
+    assert len(sizes) == (abi.MAX_BLOCK_SIZE // abi.MIN_BLOCK_SIZE).bit_length()
+
+
+def built_libraries() -> list[str]:
+    from launcher.library import library_path
+
+    return [backend for backend in ("mock", "sim") if library_path(backend).is_file()]
+
+
+#: (kv_len, block_size, kv_split): empty, one token, page edges, split edges, a 128K context, uint32 extremes.
+SPLIT_CASES = [(n, bs, split) for n in (0, 1, 15, 16, 17, 255, 256, 257, 4095, 131072, 2**32 - 1)
+               for bs in (16, 128, 512) for split in (bs, 4 * bs, 2048 if 2048 % bs == 0 else bs)]
+
+
+@pytest.mark.parametrize("backend", ["mock", "sim"])
+def test_split_count_formula_matches_the_library(backend: str) -> None:
+    """``abi.kv_splits`` against the header's ``pa_kv_splits`` as each compiled library computes it."""
     from launcher.library import library_path, load_library
 
-    library = load_library(library_path("mock"))
-    assert mock_api.python_layout() == mock_api.c_layout(library.handle)
+    if backend not in built_libraries():
+        pytest.skip(f"{library_path(backend)} not built")
+    handle = load_library(library_path(backend)).handle
+    assert [abi.kv_splits(*case) for case in SPLIT_CASES] == [handle.pa_abi_kv_splits(*case) for case in SPLIT_CASES]
+
+
+def test_negative_control_a_different_split_formula_is_caught() -> None:
+    """A formula that drops a partial page (rounds down, not up) disagrees with the ABI's on some case."""
+    def rounds_down(n: int, bs: int, split: int) -> int:
+        return -(-(n // bs * bs) // split)
+    assert any(rounds_down(*case) != abi.kv_splits(*case) for case in SPLIT_CASES)
+
+
+@pytest.mark.parametrize("backend", ["mock", "sim"])
+def test_struct_mirrors_match_the_library_layout(backend: str) -> None:
+    """``launcher/mock_api.py`` (and, on sim, ``launcher/sim_api.py``) against the layouts the library exports."""
+    from launcher import mock_api, sim_api
+    from launcher.library import library_path, load_library
+
+    if backend not in built_libraries():
+        pytest.skip(f"{library_path(backend)} not built")
+    handle = load_library(library_path(backend)).handle
+    assert mock_api.layout_mismatches(handle) == []
+    if backend == "sim":
+        assert sim_api.layout_mismatches(handle) == []

@@ -67,11 +67,25 @@ def test_exports(lib: ctypes.CDLL) -> None:
     assert lib.pa_mock_isa_available(99) == 0
 
 
+class ConfigWithoutIsa(ctypes.Structure):
+    """``pa_mock_config`` as an out-of-date copy would declare it: the ``isa`` field is missing."""
+
+    _fields_ = [field for field in mock_api.MockConfig._fields_ if field[0] != "isa"]
+
+
+class ErrorWithWideSlot(ctypes.Structure):
+    """``pa_mock_error`` with ``arg_slot`` declared 64 bits wide: every later field moves."""
+
+    _fields_ = [(name, ctypes.c_int64 if name == "arg_slot" else kind) for name, kind in mock_api.MockError._fields_]
+
+
 def test_layout_mirror_detects_a_wrong_struct(lib: ctypes.CDLL) -> None:
-    """Negative control for the layout check: a mirror missing a field does not match."""
-    layout = mock_api.python_layout()
-    layout[0] -= 8
-    assert layout != mock_api.c_layout(lib)
+    """Negative control for the layout check: the checker the launcher runs refuses wrong mirrors."""
+    assert mock_api.layout_mismatches(lib) == []
+    missing = mock_api.layout_mismatches(lib, config=ConfigWithoutIsa)
+    assert missing and "layout words" in missing[0]
+    wide = mock_api.layout_mismatches(lib, error=ErrorWithWideSlot)
+    assert any(problem.startswith("ErrorWithWideSlot.arg_slot") for problem in wide), wide
 
 
 def test_read_bandwidth_is_positive(lib: ctypes.CDLL) -> None:
@@ -262,11 +276,9 @@ def test_bitwise_same_for_every_simd_path(lib: ctypes.CDLL, rng: np.random.Gener
     """Large scores make P span fp16 subnormals and bf16's range; every path must agree bit for bit."""
     paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
     for dtype in ("fp16", "bf16"):
-        for d in (64, 40):
-            case = h.make_case(rng, [333, 64, 5], num_heads=8, num_kv_heads=2, head_dim=d if d % 16 == 0 else 48,
-                               block_size=16, dtype=dtype, value_scale=3.0, strategy="split_kv")
-            if d % 16:
-                case = with_head_dim(rng, case, d)
+        for d in (64, 48):
+            case = h.make_case(rng, [333, 64, 5], num_heads=8, num_kv_heads=2, head_dim=d, block_size=16,
+                               dtype=dtype, value_scale=3.0, strategy="split_kv")
             results = [h.launch(lib, case, isa=isa) for isa in paths]
             assert all(r.code == 0 for r in results)
             base = results[0]
@@ -277,8 +289,8 @@ def test_bitwise_same_for_every_simd_path(lib: ctypes.CDLL, rng: np.random.Gener
 
 
 def with_head_dim(rng: np.random.Generator, case: h.Case, d: int) -> h.Case:
-    """The case re-made with a head_dim the planner refuses (not a multiple of 16): the mock supports any
-    D <= 256 through its portable path, so the plan's D-dependent words are patched by hand."""
+    """The case re-made with a head_dim the planner refuses (not a multiple of 16), the plan's D-dependent
+    words patched by hand so that only the head_dim itself breaks the contract."""
     old = case.head_dim
     assert case.plan.tile_tokens * old <= abi.TILE_ELEMS_LIMIT
     q = h.to_bits(rng.standard_normal((*case.q.shape[:2], d)) * 3.0, case.dtype)
@@ -299,14 +311,14 @@ def with_head_dim(rng: np.random.Generator, case: h.Case, d: int) -> h.Case:
     return dataclasses.replace(case, head_dim=d, q=q, k=k, v=v, plan=plan)
 
 
-def test_head_dim_not_a_multiple_of_16(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+def test_head_dim_not_a_multiple_of_16_is_refused(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """The header's shape limits bind the mock as they bind the planner: an otherwise consistent D = 40 launch
+    is a contract error naming the head_dim word."""
     for strategy in ("bn", "split_kv"):
         base = h.make_case(rng, [300, 0, 17], num_heads=4, num_kv_heads=2, head_dim=48, block_size=16,
                            strategy=strategy)
         case = with_head_dim(rng, base, 40)
-        run = h.launch(lib, case)
-        assert run.code == 0, run.error.message
-        assert_close(case, run.out)
+        expect(h.launch(lib, case), Err.BAD_TILING, Slot.TILING, element_offset=Word.HEADDIM)
 
 
 def test_host_flush_to_zero_does_not_change_results(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -438,31 +450,41 @@ def first_failing(case: h.Case, fails: Callable[[Task], bool]) -> Task:
     raise AssertionError("no task fails")
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_byte_offsets_in_addr_q(lib: ctypes.CDLL, rng: np.random.Generator, threads: int) -> None:
+@pytest.mark.parametrize(("hi", "lo"), [(Field.ADDR_Q_HI, Field.ADDR_Q_LO), (Field.ADDR_O_HI, Field.ADDR_O_LO)])
+def test_byte_offsets_in_addr_q_and_o(lib: ctypes.CDLL, rng: np.random.Generator, hi: Field, lo: Field) -> None:
+    """Offsets written in bytes instead of elements: slot 1 is the first whose offset leaves the layout."""
     case = h.make_case(rng, [100, 300, 50, 0, 210, 64], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32)
     tiling = case.plan.tiling.copy()
     for s in range(len(case.lens)):
-        set_pair(tiling, s, Field.ADDR_Q_HI, Field.ADDR_Q_LO, 2 * get_pair(tiling, s, Field.ADDR_Q_HI, Field.ADDR_Q_LO))
-    d = case.head_dim
-
-    def fails(t: Task) -> bool:
-        return 2 * t.slot * case.num_heads * d + (t.head_start + t.head_count) * d > case.q.size
-
-    task = first_failing(case, fails)
-    run = h.launch(lib, case, tiling=tiling, threads=threads)
-    e = expect(run, Err.OUT_OF_BOUNDS, Slot.Q, core=task.core, seq=task.slot, head=task.head_start,
-               split=task.split, extent_elems=case.q.size)
-    assert e.element_offset >= case.q.size
+        set_pair(tiling, s, hi, lo, 2 * get_pair(tiling, s, hi, lo))
+    for checked in (True, False):
+        expect(h.launch(lib, case, tiling=tiling, checked=checked), Err.BAD_TILING, Slot.TILING,
+               element_offset=abi.batch_word(1, hi), seq=1, core=-1)
 
 
-def test_byte_offsets_in_addr_o(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
-    case = h.make_case(rng, [100, 300, 50], num_heads=4, num_kv_heads=4, head_dim=32, block_size=16)
+@pytest.mark.parametrize(("hi", "lo", "strategy"), [
+    (Field.ADDR_Q_HI, Field.ADDR_Q_LO, "bn"), (Field.ADDR_O_HI, Field.ADDR_O_LO, "bn"),
+    (Field.ADDR_L_HI, Field.ADDR_L_LO, "split_kv"), (Field.ADDR_OFD_HI, Field.ADDR_OFD_LO, "split_kv"),
+])
+def test_offset_inside_the_buffer_at_the_wrong_place(lib: ctypes.CDLL, rng: np.random.Generator, hi: Field,
+                                                      lo: Field, strategy: str) -> None:
+    """A middle sequence pointed at the last sequence's rows stays inside every buffer, and would silently
+    compute with (or overwrite) another sequence's data: the layout check refuses it in both modes."""
+    case = h.make_case(rng, [300, 500, 200], num_heads=4, num_kv_heads=2, head_dim=32, block_size=32,
+                       strategy=strategy)
     tiling = case.plan.tiling.copy()
-    for s in range(len(case.lens)):
-        set_pair(tiling, s, Field.ADDR_O_HI, Field.ADDR_O_LO, 2 * get_pair(tiling, s, Field.ADDR_O_HI, Field.ADDR_O_LO))
-    e = expect(h.launch(lib, case, tiling=tiling), Err.OUT_OF_BOUNDS, Slot.O, extent_elems=case.q.size)
-    assert e.seq == 2 and e.core >= 0
+    set_pair(tiling, 1, hi, lo, get_pair(tiling, 2, hi, lo))
+    for checked in (True, False):
+        expect(h.launch(lib, case, tiling=tiling, checked=checked), Err.BAD_TILING, Slot.TILING,
+               element_offset=abi.batch_word(1, hi), seq=1)
+
+
+def test_block_table_row_must_be_the_slot(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [300, 500], num_heads=4, num_kv_heads=2, head_dim=32, block_size=32)
+    tiling = case.plan.tiling.copy()
+    tiling[abi.batch_word(0, Field.BATCH_IDX)] = 1
+    expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING,
+           element_offset=abi.batch_word(0, Field.BATCH_IDX), seq=0)
 
 
 def test_undersized_o_core(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -472,9 +494,10 @@ def test_undersized_o_core(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     plan = case.plan
     assert plan.kv_core_num > 1
     too_small = plan.num_heads * plan.kv_core_num * plan.head_dim * 4
-    run = h.launch(lib, case, extents={Slot.O_CORE: too_small})
-    e = expect(run, Err.OUT_OF_BOUNDS, Slot.O_CORE, extent_elems=too_small // 4)
-    assert e.element_offset >= too_small // 4 and e.core >= 0 and e.split >= 0 and e.seq > 0
+    for checked in (True, False):
+        run = h.launch(lib, case, extents={Slot.O_CORE: too_small}, checked=checked)
+        expect(run, Err.OUT_OF_BOUNDS, Slot.O_CORE, extent_elems=too_small // 4, element_offset=too_small // 4,
+               core=-1)
 
 
 def test_undersized_l(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -683,17 +706,12 @@ def test_fewer_cores_than_planned_is_still_correct(lib: ctypes.CDLL, rng: np.ran
 
 @pytest.mark.parametrize("slot", [Slot.Q, Slot.K, Slot.V, Slot.O])
 def test_undersized_input_extent(lib: ctypes.CDLL, rng: np.random.Generator, slot: Slot) -> None:
-    """One element short: checked mode reports the buffer; unchecked mode trusts q/o offsets but not K/V."""
+    """One element short: refused before any core runs, in both modes, whether or not the launch reaches it."""
     case = _tiling_case(rng)
     nbytes = {Slot.Q: case.q.nbytes, Slot.K: case.k.nbytes, Slot.V: case.v.nbytes, Slot.O: case.q.nbytes}[slot]
-    case.block_table[0, 0] = case.k.shape[0] - 1  # the last page is used, so a short K/V is reached
-    e = expect(h.launch(lib, case, extents={slot: nbytes - 2}), Err.OUT_OF_BOUNDS, slot, extent_elems=nbytes // 2 - 1)
-    assert e.core >= 0
-    unchecked = h.launch(lib, case, extents={slot: nbytes - 2}, checked=False)
-    if slot in (Slot.K, Slot.V):
-        expect(unchecked, Err.OUT_OF_BOUNDS, slot, core=-1)
-    else:
-        assert unchecked.code == 0
+    for checked in (True, False):
+        expect(h.launch(lib, case, extents={slot: nbytes - 2}, checked=checked), Err.OUT_OF_BOUNDS, slot,
+               extent_elems=nbytes // 2 - 1, element_offset=nbytes // 2 - 1, core=-1)
 
 
 def test_unavailable_simd_path_is_refused(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -735,13 +753,15 @@ def test_corrupted_tilings_never_fault(lib: ctypes.CDLL, rng: np.random.Generato
 
 
 def test_errors_are_deterministic(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """An error found while cores run (bad block ids in several sequences): the lowest failing core's record."""
     case = h.make_case(rng, [700, 900, 1200, 300], num_heads=8, num_kv_heads=2, head_dim=64, block_size=64,
                        strategy="split_kv")
-    short = case.plan.workspace.o_core_bytes // 3
+    for seq in (1, 2, 3):
+        case.block_table[seq, 3] = -1
     records = []
     for threads in (1, 2, 4, 1, 2):
-        run = h.launch(lib, case, threads=threads, extents={Slot.O_CORE: short})
-        assert run.code == Err.OUT_OF_BOUNDS
+        run = h.launch(lib, case, threads=threads)
+        assert run.code == Err.BAD_BLOCK_ID
         e = run.error
         records.append((e.arg_slot, e.element_offset, e.core, e.seq, e.head, e.split, e.message))
     assert len(set(records)) == 1, records

@@ -20,42 +20,17 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIB = ROOT / "build" / "lib" / "libpa_sim.so"
+LIB = Path(os.environ.get("PA_KIT_LIB_DIR", ROOT / "build" / "lib")) / "libpa_sim.so"
 CASE_TIMEOUT_S = 600
 EXTRA_PAGES = 7
-MESSAGE_BYTES = 256
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from launcher.library import load_library  # noqa: E402
+from launcher.mock_api import MockConfig, MockError  # noqa: E402
+from launcher.sim_api import SimStats  # noqa: E402
 from tiling import abi, plan_paged_attention  # noqa: E402
-
-
-class MockConfig(ctypes.Structure):
-    _fields_ = (
-        ("extent_bytes", ctypes.c_uint64 * abi.NUM_PTR_ARGS),
-        ("num_blocks", ctypes.c_int64),
-        ("checked", ctypes.c_int32),
-        ("num_threads", ctypes.c_int32),
-    )
-
-
-class MockError(ctypes.Structure):
-    _fields_ = (
-        ("code", ctypes.c_int32), ("arg_slot", ctypes.c_int32), ("element_offset", ctypes.c_int64),
-        ("extent_elems", ctypes.c_int64), ("core", ctypes.c_int32), ("seq", ctypes.c_int32),
-        ("head", ctypes.c_int32), ("split", ctypes.c_int32), ("message", ctypes.c_char * MESSAGE_BYTES),
-    )
-
-
-class SimStats(ctypes.Structure):
-    _fields_ = (
-        ("gm_read_bytes", ctypes.c_uint64), ("gm_write_bytes", ctypes.c_uint64), ("kv_read_bytes", ctypes.c_uint64),
-        ("scratch_bytes", ctypes.c_uint64), ("partial_bytes", ctypes.c_uint64), ("handoffs", ctypes.c_uint64),
-        ("units", ctypes.c_uint64), ("tasks", ctypes.c_uint64), ("matmuls", ctypes.c_uint64),
-        ("peak_bytes", ctypes.c_uint32 * 5), ("capacity_bytes", ctypes.c_uint32 * 5),
-        ("block_dim", ctypes.c_uint32), ("threads", ctypes.c_uint32), ("wall_seconds", ctypes.c_double),
-    )
 
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -139,8 +114,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         tiling[abi.TilingWord.KEY] = case["force_key"]
     if case.get("bad_gather") and batch > 1:
         tiling[abi.batch_word(0, abi.BatchField.GATHER)] = tiling[abi.batch_word(1, abi.BatchField.GATHER)]
-    lib = ctypes.CDLL(str(LIB))
-    lib.call_kernel.restype = ctypes.c_int32
+    lib = load_library(LIB).handle  # declares the signatures and checks the struct mirrors against the library
     cfg = MockConfig()
     ptrs: list[ctypes.c_void_p] = [ctypes.c_void_p(None)] * abi.NUM_PTR_ARGS
     for slot, arr in bufs.items():

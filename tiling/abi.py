@@ -183,11 +183,34 @@ P_HALF_ELEMS = 32768
 O_TMP_CORE_STRIDE_ELEMS = 65536
 O_TMP_HALF_ELEMS = 32768
 
-# Split limits and supported ranges.
+# Split limits.
 COMBINE_UB_FLOATS = 8192
+COMBINE_ROW_ALIGN = 8
 HEAD_SPLIT_LIMIT = 32
+HEADNUM_MOVE_MAX = 2
+
+# Supported shapes (header "supported shapes"): the planner refuses anything else, the contract checker too.
+HEAD_DIM_ALIGN = 16
 MAX_HEAD_DIM = 256
+MIN_BLOCK_SIZE = 16
+MAX_BLOCK_SIZE = 512
+MAX_NUM_HEADS = 256
+MAX_GROUP = 64
 MAX_BATCH = 65535
+#: Powers of two in [MIN_BLOCK_SIZE, MAX_BLOCK_SIZE].
+SUPPORTED_BLOCK_SIZES = tuple(1 << n for n in range(MIN_BLOCK_SIZE.bit_length() - 1, MAX_BLOCK_SIZE.bit_length()))
+
+#: Pointer arguments by name in slot order (header ``PA_PTR_ARGS``): each ArgSlot's lower-case name.
+PTR_ARG_NAMES = tuple(slot.name.lower() for slot in ArgSlot)
+
+
+def kv_splits(kv_len: int, block_size: int, kv_split: int) -> int:
+    """KV splits a sequence of ``kv_len`` tokens runs (header ``pa_kv_splits``; 0 for an empty sequence).
+
+    ``PA_TW_KVCORENUM`` must be this count for the longest sequence (1 when all are empty).
+    """
+    aligned = -(-kv_len // block_size) * block_size
+    return -(-aligned // kv_split)
 
 
 class ErrorCode(IntEnum):
@@ -202,3 +225,4 @@ class ErrorCode(IntEnum):
     NULL_POINTER = 6
     BAD_LAUNCH = 7
     INTERNAL = 8
+    HAZARD = 9

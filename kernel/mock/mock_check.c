@@ -1,5 +1,5 @@
 /*
- * Bounds checks of the mock device and the typed reads of the tiling words (research note §9.2, §9.4).
+ * Bounds checks of the mock device's accesses and its typed reads of the tiling words (docs/CONTRACT.md).
  * A range is checked once per task or tile, never per element.
  */
 #include "mock_internal.h"
@@ -18,14 +18,14 @@ static int64_t clamp64(__int128 x) {
 
 int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot, __int128 start,
                               __int128 count, pa_where w) {
-    __int128 extent = L->extent[slot];
+    __int128 extent = L->c.extent[slot];
     if (start >= 0 && count >= 0 && start + count <= extent) {
         return PA_OK;
     }
     __int128 first_bad = start < 0 ? start : (start > extent ? start : extent);
     return pa_fail(e, PA_ERR_OUT_OF_BOUNDS, slot, clamp64(first_bad), clamp64(extent), w,
                    "%s access [%lld, %lld) outside its extent of %lld elements (core %d, seq %d, head %d, split %d)",
-                   pa_slot_name(slot), (long long)clamp64(start), (long long)clamp64(start + count),
+                   pa_contract_slot_name(slot), (long long)clamp64(start), (long long)clamp64(start + count),
                    (long long)clamp64(extent), w.core, w.seq, w.head, w.split);
 }
 
@@ -38,16 +38,15 @@ int32_t pa_check_range(const pa_launch *L, pa_mock_error *e, int32_t slot, __int
 }
 
 uint32_t pa_slot_word(const pa_launch *L, uint32_t slot, uint32_t field) {
-    return L->tiling[PA_TILING_HEADER_WORDS + (uint64_t)PA_TILING_BATCH_WORDS * slot + field];
+    return pa_contract_slot_word(L->tiling, slot, field);
 }
 
 uint64_t pa_slot_pair(const pa_launch *L, uint32_t slot, uint32_t hi_field, uint32_t lo_field) {
-    return ((uint64_t)pa_slot_word(L, slot, hi_field) << PA_WORD_BITS) | pa_slot_word(L, slot, lo_field);
+    return pa_contract_slot_pair(L->tiling, slot, hi_field, lo_field);
 }
 
 uint32_t pa_gather(const pa_launch *L, uint32_t position) { return pa_slot_word(L, position, PA_BF_GATHER); }
 
 uint32_t pa_splits_of(const pa_launch *L, uint32_t kv_len) {
-    uint64_t aligned = ((uint64_t)kv_len + L->block_size - 1) / L->block_size * L->block_size;
-    return (uint32_t)((aligned + L->kv_split - 1) / L->kv_split);
+    return pa_kv_splits(kv_len, L->c.block_size, L->c.kv_split);
 }

@@ -10,11 +10,11 @@
 #include "mock_internal.h"
 
 int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e) {
-    const uint64_t hq = L->num_heads, cn = L->kv_core_num, total = (uint64_t)L->batch * hq;
-    const int64_t d = L->head_dim;
+    const uint64_t hq = L->c.num_heads, cn = L->c.kv_core_num, total = (uint64_t)L->c.batch * hq;
+    const int64_t d = L->c.head_dim;
     float lse[PA_COMBINE_UB_FLOATS];
     float acc[PA_MAX_HEAD_DIM];
-    for (uint64_t process = core; process < total; process += L->block_dim) {
+    for (uint64_t process = core; process < total; process += L->c.block_dim) {
         uint32_t slot = pa_gather(L, (uint32_t)(process / hq));
         uint32_t head = (uint32_t)(process % hq);
         pa_where w = {(int32_t)core, (int32_t)slot, (int32_t)head, PA_NONE};
@@ -56,7 +56,7 @@ int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e)
                 acc[c] = acc[c] + weight * rows[(int64_t)i * d + c];
             }
         }
-        L->ops->store_row(acc, 1.0f, (int32_t)d, L->o + o_off, L->bf16);
+        L->ops->store_row(acc, 1.0f, (int32_t)d, L->o + o_off, L->c.bf16);
     }
     return PA_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * Internal declarations of the mock NPU device: the decoded launch, per-thread state, error helpers.
- * The device model follows kernel/pa_kernel_abi.h (ABI v1) and the research note's §3.6 / §5.
+ * The device model follows kernel/pa_kernel_abi.h (ABI v1) and docs/CONTRACT.md.
  */
 #ifndef PA_MOCK_INTERNAL_H
 #define PA_MOCK_INTERNAL_H
@@ -8,33 +8,26 @@
 #include <stdint.h>
 
 #include "pa_mock_api.h"
+#include "../contract/pa_contract.h"
 #include "mock_math.h"
 
 #define PA_EXPORT __attribute__((visibility("default")))
 #define PA_NONE (-1)
-#define PA_FP32_BYTES 4
 #define PA_HALF_BYTES 2
-#define PA_INT32_BYTES 4
 #define PA_CACHE_LINE 64
 /* Word-pair helpers: 64-bit tiling offsets are stored (hi, lo). */
 #define PA_WORD_BITS 32
 
-/* One launch, decoded and validated from the tiling words (read with the kernel's types). */
+/* One launch: the contract checker's decoding of the tiling words (kernel/contract), the binding, the typed
+ * buffer pointers and the arithmetic path. */
 typedef struct pa_launch {
+    pa_contract c;
     pa_mock_config cfg;
-    uint32_t block_dim;
-    uint32_t key;
-    int bf16, split_kv, split_block;
-    uint32_t batch, num_heads, head_dim, kv_heads, group, block_size, max_blocks;
-    uint32_t former_batch, former_head, tail_batch, tail_head;
-    uint32_t kv_split, kv_core_num, tile_tokens;
-    float tor;
     const uint32_t *tiling;
     const uint16_t *q, *k, *v;
     const int32_t *block_tables;
     uint16_t *o, *p;
     float *s, *o_tmp, *o_core, *l;
-    int64_t extent[PA_NUM_PTR_ARGS]; /* in elements of each slot's type                                */
     int checked;
     const pa_math_ops *ops;
 } pa_launch;
@@ -60,22 +53,22 @@ typedef struct pa_worker_buf {
 
 /* ---- mock_state.c ---- */
 const pa_mock_config *pa_state_binding(void);
+pa_where pa_nowhere(void);
 pa_mock_error *pa_state_error(void);
-void pa_error_clear(pa_mock_error *e);
+/* An error found while executing a launch, at coordinates w (the record is filled by the contract's filler). */
 int32_t pa_fail(pa_mock_error *e, int32_t code, int32_t slot, int64_t offset, int64_t extent, pa_where w,
                 const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-pa_where pa_nowhere(void);
-const char *pa_slot_name(int32_t slot);
 
-/* ---- mock_validate.c ---- */
-int32_t pa_validate_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_NUM_PTR_ARGS],
-                           pa_mock_error *e);
+/* ---- mock_launch.c ---- */
+/* The contract check (kernel/contract), then what only the mock needs: its SIMD path and typed pointers. */
+int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_NUM_PTR_ARGS], pa_mock_error *e);
+
+/* ---- mock_check.c ---- */
 uint32_t pa_slot_word(const pa_launch *L, uint32_t slot, uint32_t field);
 uint64_t pa_slot_pair(const pa_launch *L, uint32_t slot, uint32_t hi_field, uint32_t lo_field);
 uint32_t pa_gather(const pa_launch *L, uint32_t position);
 uint32_t pa_splits_of(const pa_launch *L, uint32_t kv_len);
 
-/* ---- mock_check.c ---- */
 /* 1 if [start, start + count) lies inside slot's extent (or the launch is unchecked), else fills e. */
 int32_t pa_check_range(const pa_launch *L, pa_mock_error *e, int32_t slot, __int128 start, __int128 count,
                        pa_where w);

@@ -92,7 +92,7 @@ static void note_failure(pa_phase *ph, uint32_t core) {
 /* Partials: the thread claims gangs of consecutive logical cores (pa_gang_size) and interleaves them. */
 static void run_cores_default_env(pa_phase *ph) {
     pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
-    const uint32_t gang = ph->combine ? 1 : pa_gang_size(ph->L), block_dim = ph->L->block_dim;
+    const uint32_t gang = ph->combine ? 1 : pa_gang_size(ph->L), block_dim = ph->L->c.block_dim;
     for (;;) {
         uint32_t core = __atomic_fetch_add(&ph->next_core, gang, __ATOMIC_RELAXED);
         if (core >= block_dim) {
@@ -186,14 +186,14 @@ static void run_pooled(pa_phase *ph, int helpers) {
 
 int32_t pa_run_phase(const pa_launch *L, int combine, pa_mock_error *e) {
     pthread_once(&once, init_once);
-    pa_phase ph = {L, combine, 0, L->block_dim, 0};
-    ph.errors = calloc(L->block_dim, sizeof *ph.errors);
+    pa_phase ph = {L, combine, 0, L->c.block_dim, 0};
+    ph.errors = calloc(L->c.block_dim, sizeof *ph.errors);
     if (!ph.errors) {
         return pa_fail(e, PA_ERR_INTERNAL, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(), "out of host memory");
     }
     int32_t threads = pa_host_threads(L->cfg.num_threads);
-    if ((uint32_t)threads > L->block_dim) {
-        threads = (int32_t)L->block_dim;
+    if ((uint32_t)threads > L->c.block_dim) {
+        threads = (int32_t)L->c.block_dim;
     }
     int helpers = threads - 1 < PA_POOL_MAX_HELPERS ? threads - 1 : PA_POOL_MAX_HELPERS;
     if (helpers > 0) {
@@ -202,7 +202,7 @@ int32_t pa_run_phase(const pa_launch *L, int combine, pa_mock_error *e) {
         run_cores(&ph);
     }
     int32_t rc = PA_OK;
-    if (ph.first_failed < L->block_dim) {
+    if (ph.first_failed < L->c.block_dim) {
         *e = ph.errors[ph.first_failed];
         rc = e->code;
     }

@@ -28,14 +28,14 @@ static uint32_t round16(uint32_t x) {
 /* The block id of token `tok` of the task's sequence: block-table row from word 8, stride word 5. */
 static int32_t block_id(const pa_launch *L, const pa_task *T, uint32_t tok, int64_t *id, pa_mock_error *e) {
     int64_t row = pa_slot_word(L, T->slot, PA_BF_BATCH_IDX);
-    int64_t index = row * L->max_blocks + tok / L->block_size;
+    int64_t index = row * L->c.max_blocks + tok / L->c.block_size;
     int32_t rc = pa_check_range_always(L, e, PA_ARG_BLOCK_TABLES, index, 1, T->where);
     if (rc) {
         return rc;
     }
     *id = L->block_tables[index];
     if (*id < 0 || *id >= L->cfg.num_blocks) {
-        return pa_fail(e, PA_ERR_BAD_BLOCK_ID, PA_ARG_BLOCK_TABLES, index, L->extent[PA_ARG_BLOCK_TABLES],
+        return pa_fail(e, PA_ERR_BAD_BLOCK_ID, PA_ARG_BLOCK_TABLES, index, L->c.extent[PA_ARG_BLOCK_TABLES],
                        T->where, "block id %lld at block_tables[%lld] (seq %u, token %u) is outside [0, %lld)",
                        (long long)*id, (long long)index, T->slot, tok, (long long)L->cfg.num_blocks);
     }
@@ -46,24 +46,24 @@ static int32_t block_id(const pa_launch *L, const pa_task *T, uint32_t tok, int6
  * token); NULL for a row whose block id is invalid (reported when it is computed).  Returns the count. */
 static uint32_t schedule_rows(const pa_launch *L, const pa_task *T, uint32_t index, const uint16_t *cache,
                               const uint16_t **out, uint32_t limit) {
-    const uint64_t first = (uint64_t)T->tok0 + (uint64_t)index * L->tile_tokens, end_task = T->tok0 + T->len;
+    const uint64_t first = (uint64_t)T->tok0 + (uint64_t)index * L->c.tile_tokens, end_task = T->tok0 + T->len;
     if (first >= end_task) {
         return 0;
     }
-    const uint64_t end = first + L->tile_tokens < end_task ? first + L->tile_tokens : end_task;
-    const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
-    const uint32_t kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
-    const int64_t table_row = (int64_t)pa_slot_word(L, T->slot, PA_BF_BATCH_IDX) * L->max_blocks;
+    const uint64_t end = first + L->c.tile_tokens < end_task ? first + L->c.tile_tokens : end_task;
+    const int64_t row_stride = (int64_t)L->c.kv_heads * L->c.head_dim;
+    const uint32_t kvh0 = T->head0 / L->c.group, kvh1 = (T->head0 + T->heads - 1) / L->c.group;
+    const int64_t table_row = (int64_t)pa_slot_word(L, T->slot, PA_BF_BATCH_IDX) * L->c.max_blocks;
     uint32_t n = 0;
     for (uint64_t tok = first; tok < end && n < limit;) {
-        uint64_t off = tok % L->block_size;
-        uint64_t count = L->block_size - off < end - tok ? L->block_size - off : end - tok;
-        int64_t index_bt = table_row + (int64_t)(tok / L->block_size);
-        int64_t id = (index_bt >= 0 && index_bt < L->extent[PA_ARG_BLOCK_TABLES]) ? L->block_tables[index_bt] : -1;
+        uint64_t off = tok % L->c.block_size;
+        uint64_t count = L->c.block_size - off < end - tok ? L->c.block_size - off : end - tok;
+        int64_t index_bt = table_row + (int64_t)(tok / L->c.block_size);
+        int64_t id = (index_bt >= 0 && index_bt < L->c.extent[PA_ARG_BLOCK_TABLES]) ? L->block_tables[index_bt] : -1;
         int valid = id >= 0 && id < L->cfg.num_blocks;
         for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
-            const uint16_t *row = valid ? cache + ((int64_t)id * L->block_size + (int64_t)off) * row_stride +
-                                              (int64_t)kvh * L->head_dim
+            const uint16_t *row = valid ? cache + ((int64_t)id * L->c.block_size + (int64_t)off) * row_stride +
+                                              (int64_t)kvh * L->c.head_dim
                                         : 0;
             for (uint64_t j = 0; j < count && n < limit; ++j) {
                 out[n++] = row ? row + (int64_t)j * row_stride : 0;
@@ -92,37 +92,37 @@ static uint32_t plan_prefetch(const pa_launch *L, const pa_task *T, uint32_t ind
  * cannot find them). */
 static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
                          uint32_t schedule_pos, pa_mock_error *e) {
-    const int64_t row_stride = (int64_t)L->kv_heads * L->head_dim;
-    const uint32_t d = L->head_dim, kvh0 = T->head0 / L->group, kvh1 = (T->head0 + T->heads - 1) / L->group;
+    const int64_t row_stride = (int64_t)L->c.kv_heads * L->c.head_dim;
+    const uint32_t d = L->c.head_dim, kvh0 = T->head0 / L->c.group, kvh1 = (T->head0 + T->heads - 1) / L->c.group;
     const uint32_t o_cols = round16(d);
     const int32_t slot = qk ? PA_ARG_K : PA_ARG_V;
     const uint16_t *cache = qk ? L->k : L->v;
     for (uint32_t tok = t->tok; tok < t->tok + t->len;) {
-        uint32_t off = tok % L->block_size, col = tok - t->tok;
-        uint32_t count = L->block_size - off < t->tok + t->len - tok ? L->block_size - off : t->tok + t->len - tok;
+        uint32_t off = tok % L->c.block_size, col = tok - t->tok;
+        uint32_t count = L->c.block_size - off < t->tok + t->len - tok ? L->c.block_size - off : t->tok + t->len - tok;
         int64_t id;
         int32_t rc = block_id(L, T, tok, &id, e);
         if (rc) {
             return rc;
         }
-        int64_t base = (id * L->block_size + off) * row_stride;
+        int64_t base = (id * L->c.block_size + off) * row_stride;
         rc = pa_check_range(L, e, slot, (__int128)base + (__int128)kvh0 * d,
                             (__int128)(count - 1) * row_stride + (__int128)(kvh1 - kvh0 + 1) * d, T->where);
         if (rc) {
             return rc;
         }
         for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
-            uint32_t h_lo = kvh * L->group > T->head0 ? kvh * L->group : T->head0;
-            uint32_t h_hi = (kvh + 1) * L->group < T->head0 + T->heads ? (kvh + 1) * L->group : T->head0 + T->heads;
+            uint32_t h_lo = kvh * L->c.group > T->head0 ? kvh * L->c.group : T->head0;
+            uint32_t h_hi = (kvh + 1) * L->c.group < T->head0 + T->heads ? (kvh + 1) * L->c.group : T->head0 + T->heads;
             uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
             const uint16_t *kv = cache + base + (int64_t)kvh * d;
             const uint16_t *const *ahead = buf->rows + schedule_pos + PA_PREFETCH_AHEAD_ROWS;
             if (qk) {
                 L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, count,
-                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->bf16, ahead);
+                           t->s + (int64_t)r0 * t->cols + col, t->cols, L->c.bf16, ahead);
             } else {
                 L->ops->pv(buf->p_f32 + (int64_t)r0 * t->cols + col, t->cols, rows, kv, row_stride, count, d,
-                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->bf16, ahead);
+                           t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->c.bf16, ahead);
             }
             schedule_pos += count;
         }
@@ -134,8 +134,8 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
 static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
                         pa_mock_error *e) {
     const uint32_t half = index & 1u;
-    t->tok = T->tok0 + index * L->tile_tokens;
-    t->len = T->tok0 + T->len - t->tok < L->tile_tokens ? T->tok0 + T->len - t->tok : L->tile_tokens;
+    t->tok = T->tok0 + index * L->c.tile_tokens;
+    t->len = T->tok0 + T->len - t->tok < L->c.tile_tokens ? T->tok0 + T->len - t->tok : L->c.tile_tokens;
     t->cols = round16(t->len);
     int64_t s_off = (int64_t)core * PA_S_CORE_STRIDE_ELEMS + half * PA_S_HALF_ELEMS;
     int64_t p_off = (int64_t)core * PA_P_CORE_STRIDE_ELEMS + half * PA_P_HALF_ELEMS;
@@ -144,7 +144,7 @@ static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     int32_t rc;
     if ((rc = pa_check_range(L, e, PA_ARG_S, s_off, rows * t->cols, T->where)) ||
         (rc = pa_check_range(L, e, PA_ARG_P, p_off, rows * t->cols, T->where)) ||
-        (rc = pa_check_range(L, e, PA_ARG_O_TMP, o_off, rows * round16(L->head_dim), T->where))) {
+        (rc = pa_check_range(L, e, PA_ARG_O_TMP, o_off, rows * round16(L->c.head_dim), T->where))) {
         return rc;
     }
     t->s = L->s + s_off;
@@ -162,8 +162,8 @@ static void vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *
             srow[j] = 0.0f; /* padding columns: the vector masks them out of max and sum */
         }
         float m_new, ll;
-        L->ops->softmax_row(srow, (int32_t)t->len, (int32_t)t->cols, L->tor, index == 0, buf->gm[r],
-                            t->p + (int64_t)r * t->cols, &m_new, &ll, L->bf16);
+        L->ops->softmax_row(srow, (int32_t)t->len, (int32_t)t->cols, L->c.tor, index == 0, buf->gm[r],
+                            t->p + (int64_t)r * t->cols, &m_new, &ll, L->c.bf16);
         buf->dm[r] = index == 0 ? 0.0f : buf->gm[r] - m_new;
         buf->gm[r] = m_new;
         buf->ll[r] = ll;
@@ -172,7 +172,7 @@ static void vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *
 
 static void vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t index,
                           pa_worker_buf *buf) {
-    const uint32_t d = L->head_dim, o_cols = round16(d);
+    const uint32_t d = L->c.head_dim, o_cols = round16(d);
     for (uint32_t r = 0; r < T->heads; ++r) {
         float scale = index == 0 ? 0.0f : pa_expf(buf->dm[r]);
         L->ops->rescale(buf->go + (int64_t)r * d, t->o_tmp + (int64_t)r * o_cols, scale, (int32_t)d, index == 0);
@@ -182,15 +182,15 @@ static void vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t
 
 /* Last tile: go / gl into o (OUT dtype), or the split's lse into l and fp32 go / gl into o_core. */
 static int32_t write_result(const pa_launch *L, const pa_task *T, pa_worker_buf *buf, pa_mock_error *e) {
-    const int64_t d = L->head_dim, n = T->heads, cn = L->kv_core_num;
+    const int64_t d = L->c.head_dim, n = T->heads, cn = L->c.kv_core_num;
     int32_t rc;
-    if (!L->split_kv) {
+    if (!L->c.split_kv) {
         int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
         if ((rc = pa_check_range(L, e, PA_ARG_O, o_off, n * d, T->where))) {
             return rc;
         }
         for (int64_t r = 0; r < n; ++r) {
-            L->ops->store_row(buf->go + r * d, buf->gl[r], (int32_t)d, L->o + o_off + r * d, L->bf16);
+            L->ops->store_row(buf->go + r * d, buf->gl[r], (int32_t)d, L->o + o_off + r * d, L->c.bf16);
         }
         return PA_OK;
     }
@@ -213,7 +213,7 @@ static int32_t write_result(const pa_launch *L, const pa_task *T, pa_worker_buf 
 }
 
 static int32_t write_zero_rows(const pa_launch *L, const pa_task *T, pa_mock_error *e) {
-    int64_t d = L->head_dim;
+    int64_t d = L->c.head_dim;
     int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
     int32_t rc = pa_check_range(L, e, PA_ARG_O, o_off, (int64_t)T->heads * d, T->where);
     if (!rc) {
@@ -230,7 +230,7 @@ static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int who
     *tiles = 0;
     T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};
     if (kv_len == 0) { /* split-KV: the combine writes the zero row */
-        return L->split_kv ? PA_OK : write_zero_rows(L, T, e);
+        return L->c.split_kv ? PA_OK : write_zero_rows(L, T, e);
     }
     uint32_t kv_loop = pa_splits_of(L, kv_len);
     if (whole) {
@@ -240,17 +240,17 @@ static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int who
         if (T->split >= kv_loop) {
             return PA_OK;
         }
-        T->tok0 = T->split * L->kv_split;
-        T->len = T->split == kv_loop - 1 ? kv_len - T->tok0 : L->kv_split;
+        T->tok0 = T->split * L->c.kv_split;
+        T->len = T->split == kv_loop - 1 ? kv_len - T->tok0 : L->c.kv_split;
     }
-    int64_t d = L->head_dim;
+    int64_t d = L->c.head_dim;
     int64_t q_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO) + T->head0 * d;
     int32_t rc = pa_check_range(L, e, PA_ARG_Q, q_off, (int64_t)T->heads * d, T->where);
     if (rc) {
         return rc;
     }
-    L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->bf16);
-    *tiles = (T->len + L->tile_tokens - 1) / L->tile_tokens;
+    L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->c.bf16);
+    *tiles = (T->len + L->c.tile_tokens - 1) / L->c.tile_tokens;
     return PA_OK;
 }
 
@@ -263,14 +263,14 @@ static int32_t run_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     uint32_t n_k = plan_prefetch(L, T, index, buf);
     if (index == 0) { /* the task's first rows: nothing prefetched them */
         for (uint32_t i = 0; i < PA_PREFETCH_AHEAD_ROWS; ++i) {
-            pa_prefetch_row(buf->rows[i], (int32_t)L->head_dim);
+            pa_prefetch_row(buf->rows[i], (int32_t)L->c.head_dim);
         }
     }
     if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, 0, e))) {
         return rc;
     }
     vector_softmax(L, T, &t, index, buf);
-    L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->bf16); /* the cube reads P back */
+    L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->c.bf16); /* the cube reads P back */
     if ((rc = cube_pass(L, T, &t, buf, 0, n_k, e))) {
         return rc;
     }
@@ -291,14 +291,14 @@ typedef struct pa_core_run {
 
 /* Runs the core's next tile (starting its next task when needed); sets phase 2 when the core is done. */
 static int32_t core_step(const pa_launch *L, pa_core_run *c) {
-    const uint64_t hq = L->num_heads, cn = L->kv_core_num;
+    const uint64_t hq = L->c.num_heads, cn = L->c.kv_core_num;
     int32_t rc;
     while (c->index >= c->tiles) {
         pa_task T = {0};
         int whole;
         if (c->phase == 0) {
-            uint64_t per_batch = (hq + L->former_head - 1) / L->former_head;
-            uint64_t total = L->former_batch ? (uint64_t)L->former_batch * per_batch * cn : 0;
+            uint64_t per_batch = (hq + L->c.former_head - 1) / L->c.former_head;
+            uint64_t total = L->c.former_batch ? (uint64_t)L->c.former_batch * per_batch * cn : 0;
             if (c->process >= total) {
                 c->phase = 1;
                 c->process = c->core;
@@ -306,26 +306,26 @@ static int32_t core_step(const pa_launch *L, pa_core_run *c) {
             }
             uint64_t process = c->process;
             T.slot = pa_gather(L, (uint32_t)(process / (per_batch * cn)));
-            T.head0 = (uint32_t)((process / cn) % per_batch * L->former_head);
-            T.heads = hq - T.head0 < L->former_head ? (uint32_t)(hq - T.head0) : L->former_head;
+            T.head0 = (uint32_t)((process / cn) % per_batch * L->c.former_head);
+            T.heads = hq - T.head0 < L->c.former_head ? (uint32_t)(hq - T.head0) : L->c.former_head;
             T.split = (uint32_t)(process % cn);
             whole = 0;
         } else if (c->phase == 1) {
-            uint64_t per_batch = (hq + L->tail_head - 1) / L->tail_head;
-            uint64_t total = L->tail_batch ? (uint64_t)L->tail_batch * per_batch : 0;
+            uint64_t per_batch = (hq + L->c.tail_head - 1) / L->c.tail_head;
+            uint64_t total = L->c.tail_batch ? (uint64_t)L->c.tail_batch * per_batch : 0;
             if (c->process >= total) {
                 c->phase = 2;
                 return PA_OK;
             }
             uint64_t process = c->process;
-            T.slot = pa_gather(L, (uint32_t)(L->former_batch + process / per_batch));
-            T.head0 = (uint32_t)(process % per_batch * L->tail_head);
-            T.heads = hq - T.head0 < L->tail_head ? (uint32_t)(hq - T.head0) : L->tail_head;
+            T.slot = pa_gather(L, (uint32_t)(L->c.former_batch + process / per_batch));
+            T.head0 = (uint32_t)(process % per_batch * L->c.tail_head);
+            T.heads = hq - T.head0 < L->c.tail_head ? (uint32_t)(hq - T.head0) : L->c.tail_head;
             whole = 1;
         } else {
             return PA_OK;
         }
-        c->process += L->block_dim;
+        c->process += L->c.block_dim;
         c->T = T;
         c->index = 0;
         if ((rc = start_task(L, &c->T, c->core, whole, c->buf, &c->tiles, c->e))) {
@@ -348,7 +348,7 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
     pa_core_run runs[PA_GANG_MAX];
     uint32_t live = 0;
     int32_t first_rc = PA_OK;
-    *failed = L->block_dim;
+    *failed = L->c.block_dim;
     for (uint32_t i = 0; i < n; ++i) {
         runs[i] = (pa_core_run){core0 + i, 0, core0 + i, {0}, 0, 0, bufs + i, errors + i};
         ++live;
@@ -377,11 +377,11 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
 /* The number of consecutive logical cores one thread interleaves: those of one sequence's head groups (and
  * KV splits) in the first round of the former tasks, else of the tail tasks, at most PA_GANG_MAX. */
 uint32_t pa_gang_size(const pa_launch *L) {
-    uint64_t hq = L->num_heads, g;
-    if (L->former_batch) {
-        g = (hq + L->former_head - 1) / L->former_head * L->kv_core_num;
-    } else if (L->tail_batch) {
-        g = (hq + L->tail_head - 1) / L->tail_head;
+    uint64_t hq = L->c.num_heads, g;
+    if (L->c.former_batch) {
+        g = (hq + L->c.former_head - 1) / L->c.former_head * L->c.kv_core_num;
+    } else if (L->c.tail_batch) {
+        g = (hq + L->c.tail_head - 1) / L->c.tail_head;
     } else {
         g = 1;
     }

@@ -1,7 +1,7 @@
 /*
- * Mock-device exports beyond kernel ABI v1 (kernel/pa_kernel_abi.h).  The launcher mirrors these structs in
- * launcher/mock_api.py (ctypes); tests/test_mock_device.py checks sizes and field offsets through
- * pa_mock_struct_layout().
+ * Mock-device exports beyond kernel ABI v1 (kernel/pa_kernel_abi.h), exported by the simulation too.  The
+ * launcher mirrors these structs once, in launcher/mock_api.py (ctypes), and compares sizes and field offsets
+ * with pa_mock_struct_layout() (kernel/contract/pa_abi_exports.c) whenever it loads a library.
  *
  * Protocol per launch (both calls on the same host thread):
  *   pa_mock_bind(&config);      extents of the buffers about to be passed, num_blocks, checked mode
@@ -11,13 +11,15 @@
  * returns PA_ERR_BAD_LAUNCH.
  *
  * What is checked in which mode:
- *   always     the key, every header word and the gather map, NULL pointers and pointer hygiene (a non-NULL
- *              mask pointer is an error: the upstream PR-form kernel would read it), workspace extents
- *              against block_dim * per-core stride, K/V extents against num_blocks pages, every block-table
- *              read against its extent and every block id a sequence uses against num_blocks.
- *   checked    in addition, every other buffer access (q, o, k, v, s, p, o_tmp, o_core, l) against the
- *              extent of its slot, in the slot's element type, one check per task or tile range.
- *   unchecked  trusts the tiling's element offsets (addr_q/o/l/ofd) and o_core/l sizes.
+ *   always     the kernel contract, by the checker both libraries share (kernel/contract/pa_contract.c),
+ *              before any core runs: the key, every header word against the ABI's limits, the gather map,
+ *              NULL pointers and pointer hygiene (a non-NULL mask pointer is an error), every sequence's
+ *              q/o/l/o_core offsets and block-table row against the ABI layout, and every buffer's extent
+ *              against what the launch needs.  While cores run: every block id a sequence uses against
+ *              num_blocks.
+ *   checked    in addition, every access the kernel makes (q, o, k, v, s, p, o_tmp, o_core, l, block_tables)
+ *              against the extent of its slot, in the slot's element type, one check per task or tile range:
+ *              this checks the kernel's own address arithmetic, which the contract cannot.
  * Errors are deterministic: a launch reports the first failing check of the lowest logical core.
  */
 #ifndef PA_MOCK_API_H

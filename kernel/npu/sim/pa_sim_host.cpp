@@ -14,7 +14,8 @@
 
 #include <pto/pto-inst.hpp>
 
-#include "pa_sim_validate.hpp"
+#include "../../contract/pa_contract.h"
+#include "pa_sim_runtime.hpp"
 
 #define PA_PTR_PARAMS                                                                                          \
     void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,       \
@@ -126,7 +127,8 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     L.blockDim = blockDim;
     L.timeout = std::chrono::milliseconds(TimeoutMs());
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) L.dropSignal = std::atoll(drop);
-    const int32_t rc = ValidateLaunch(blockDim, ptr, L, &host.lastError);
+    pa_contract contract;
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, &host.lastError);
     if (rc != PA_OK) return rc;
     L.counters.resize(size_t(blockDim) * kRolesPerCluster);
     for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());

@@ -1,0 +1,36 @@
+/*
+ * A mock launch before any core runs: the shared contract check (kernel/contract/pa_contract.c, the same
+ * code the simulation runs, so both libraries judge a launch alike), then what only the mock needs: the
+ * SIMD path of its arithmetic and the buffers as typed pointers.  Runs on the calling thread.
+ */
+#include <string.h>
+
+#include "mock_internal.h"
+
+int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_NUM_PTR_ARGS], pa_mock_error *e) {
+    memset(L, 0, sizeof *L);
+    const pa_mock_config *cfg = pa_state_binding();
+    int32_t rc = pa_contract_check(&L->c, cfg, block_dim, ptrs, e);
+    if (rc != PA_OK) {
+        return rc;
+    }
+    L->cfg = *cfg;
+    L->checked = cfg->checked != 0;
+    L->ops = pa_math_select(cfg->isa);
+    if (!L->ops) {
+        return pa_fail(e, PA_ERR_BAD_LAUNCH, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(),
+                       "SIMD path %d is not available on this CPU", cfg->isa);
+    }
+    L->tiling = (const uint32_t *)ptrs[PA_ARG_TILING];
+    L->q = (const uint16_t *)ptrs[PA_ARG_Q];
+    L->k = (const uint16_t *)ptrs[PA_ARG_K];
+    L->v = (const uint16_t *)ptrs[PA_ARG_V];
+    L->block_tables = (const int32_t *)ptrs[PA_ARG_BLOCK_TABLES];
+    L->o = (uint16_t *)ptrs[PA_ARG_O];
+    L->s = (float *)ptrs[PA_ARG_S];
+    L->p = (uint16_t *)ptrs[PA_ARG_P];
+    L->o_tmp = (float *)ptrs[PA_ARG_O_TMP];
+    L->o_core = (float *)ptrs[PA_ARG_O_CORE];
+    L->l = (float *)ptrs[PA_ARG_L];
+    return PA_OK;
+}
