@@ -1,40 +1,73 @@
-"""``--plot FILE.png``: TB/s against batch and against context, one line per implementation and shape family.
+"""``--plot FILE.png``: one group of bars per shape, one bar per implementation, on a scale people read.
+
+The first thing a reader wants is "which implementation moves the most bytes on this shape"; grouped bars
+answer that at a glance.  The unit follows the device: TB/s on an NPU, GB/s on the CPU (the mock moves
+tens of GB/s, which as TB/s reads as thousandths).  A dashed line marks the header's peak and the right axis
+gives % of it.  The legend names implementations only (shapes are the x labels), so it stays short however
+many shapes were run.
 
 matplotlib comes with the ``bench`` extra (``pip install -e ".[bench]"``) and is imported only here, lazily.
-A family is the set of uniform shapes that differ only in the plotted variable; a panel draws the families
-with at least two points (or every point, when none has two).  Colour = implementation, line style = family.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.report import PA_KIT, BenchRecord, BenchReport
 
-Series = dict[tuple[str, str], list[tuple[int, float]]]
-LINESTYLES = ("-", "--", ":", "-.")
+#: Bars narrower than this fraction of a group would be unreadable: past it the figure widens instead.
+GROUP_WIDTH = 0.8
+INCHES_PER_BAR = 0.22
+#: y range above the tallest bar or the peak, for the legend.
+HEADROOM = 1.3
+MIN_WIDTH_IN, MAX_WIDTH_IN = 7.0, 40.0
 
 
-def _family(r: BenchRecord, varying: str) -> str:
-    parts = {
-        "batch": f"b{r.batch}",
-        "context": f"ctx{r.context_tokens_max}",
-    }
-    fixed = [v for k, v in parts.items() if k != varying]
-    return " ".join([*fixed, f"h{r.num_heads}/{r.num_kv_heads}", f"d{r.head_dim}", f"bs{r.block_size}", r.dtype])
+@dataclass(frozen=True)
+class Bars:
+    """What the figure draws: shape labels, implementations in legend order, values[impl][shape] or None."""
+
+    unit: str
+    scale: float  # multiplies TB/s into the unit
+    shapes: tuple[str, ...]
+    labels: tuple[str, ...]
+    implementations: tuple[str, ...]
+    values: dict[str, list[float | None]]
+    peak: float | None  # in the unit
 
 
-def series(records: tuple[BenchRecord, ...], varying: str) -> Series:
-    """(implementation, family) -> sorted [(x, TB/s)] for timed uniform-context records."""
-    out: Series = defaultdict(list)
-    for r in records:
-        uniform = r.context_tokens_total == r.batch * r.context_tokens_max
-        if not r.ok or r.tb_per_s is None or not uniform:
-            continue
-        x = r.batch if varying == "batch" else r.context_tokens_max
-        out[(r.implementation, _family(r, varying))].append((x, r.tb_per_s))
-    return {key: sorted(points) for key, points in out.items()}
+def shape_label(r: BenchRecord) -> str:
+    """Short x label: batch, heads, context (max for ragged shapes), dtype; page size and D only if unusual."""
+    ctx = r.context_tokens_max
+    ctx_text = f"{ctx // 1024}K" if ctx % 1024 == 0 else str(ctx)
+    ragged = r.context_tokens_total != r.batch * ctx
+    parts = [f"b{r.batch}", f"{r.num_heads}/{r.num_kv_heads}", f"{'≤' if ragged else ''}{ctx_text}", r.dtype]
+    if r.head_dim != 128:
+        parts.insert(2, f"d{r.head_dim}")
+    if r.block_size != 128:
+        parts.append(f"bs{r.block_size}")
+    return " ".join(parts)
+
+
+def bars(report: BenchReport) -> Bars:
+    """The bar data of ``report``: timed records only, pa-kit first, shapes in run order."""
+    npu = report.device.backend == "npu"
+    unit, scale = ("TB/s", 1.0) if npu else ("GB/s", 1e3)
+    shapes: list[str] = []
+    labels: list[str] = []
+    for r in report.records:
+        if r.shape_id not in shapes:
+            shapes.append(r.shape_id)
+            labels.append(shape_label(r))
+    timed = [r for r in report.records if r.ok and r.tb_per_s is not None]
+    names = sorted({r.implementation for r in timed}, key=lambda n: (not n.startswith(PA_KIT), n))
+    values: dict[str, list[float | None]] = {name: [None] * len(shapes) for name in names}
+    for r in timed:
+        values[r.implementation][shapes.index(r.shape_id)] = r.tb_per_s * scale  # type: ignore[operator]
+    peak = report.device.peak_gb_per_s
+    return Bars(unit, scale, tuple(shapes), tuple(labels), tuple(names), values,
+                None if peak is None else peak / 1e3 * scale)
 
 
 def plot_report(report: BenchReport, path: str | Path) -> None:
@@ -45,27 +78,38 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise SystemExit(f"--plot needs matplotlib: pip install -e '.[bench]' ({exc})") from exc
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    implementations = sorted({r.implementation for r in report.records}, key=lambda n: (n != PA_KIT, n))
-    colours = {name: f"C{i % 10}" for i, name in enumerate(implementations)}
-    for ax, varying, label in ((axes[0], "batch", "batch"), (axes[1], "context", "context tokens")):
-        found = series(report.records, varying)
-        lines = {key: points for key, points in found.items() if len(points) > 1} or found
-        families = sorted({family for _, family in lines})
-        for (impl, family), points in sorted(lines.items()):
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, linestyle=LINESTYLES[families.index(family) % len(LINESTYLES)], marker="o",
-                    color=colours[impl], linewidth=2.5 if impl == PA_KIT else 1.2, label=f"{impl}: {family}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(label)
-        ax.set_ylabel("TB/s (decimal, bytes model in the header)")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-    peak = report.device.peak_gb_per_s
-    peak_text = f"peak {peak / 1e3:.3g} TB/s" if peak else "peak unknown"
-    fig.suptitle(f"pa-kit paged-attention decode on {report.device.name} ({peak_text}); "
-                 f"{report.timing.get('statistic')}, flush={report.timing.get('l2_flush')}", fontsize=9)
+    data = bars(report)
+    count = max(1, len(data.implementations))
+    width = GROUP_WIDTH / count
+    figure_width = min(MAX_WIDTH_IN, max(MIN_WIDTH_IN, INCHES_PER_BAR * count * len(data.shapes) + 2))
+    fig, ax = plt.subplots(figsize=(figure_width, 5))
+    positions = range(len(data.shapes))
+    for i, name in enumerate(data.implementations):
+        xs = [p - GROUP_WIDTH / 2 + (i + 0.5) * width for p in positions]
+        ys = [v if v is not None else 0.0 for v in data.values[name]]
+        drawn = ax.bar(xs, ys, width, label=name, color=f"C{i % 10}",
+                       edgecolor="black" if name == PA_KIT else None, linewidth=1.2 if name == PA_KIT else 0)
+        for bar, value in zip(drawn, data.values[name], strict=True):
+            if value is None:  # failed or not timed on this shape: say so rather than draw a zero bar
+                ax.annotate("n/a", (bar.get_x() + width / 2, 0), ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.set_xticks(list(positions), data.labels, rotation=30 if len(data.shapes) > 4 else 0, ha="right"
+                  if len(data.shapes) > 4 else "center", fontsize=8)
+    ax.set_ylabel(f"{data.unit} (bytes model / time)")
+    ax.grid(True, axis="y", alpha=0.3)
+    if data.peak:
+        ax.axhline(data.peak, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(f"peak {data.peak:.3g} {data.unit}", (0.995, data.peak), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=8, color="grey")
+        right = ax.secondary_yaxis("right", functions=(lambda v: 100 * v / data.peak,
+                                                       lambda p: p * data.peak / 100))
+        right.set_ylabel("% of peak")
+    tallest = max([v for vs in data.values.values() for v in vs if v is not None] + [data.peak or 0.0])
+    if tallest > 0:
+        ax.set_ylim(0, tallest * HEADROOM)  # room above the peak line for the legend
+    if data.implementations:
+        ax.legend(fontsize=8, ncol=min(count, 4), loc="upper left")
+    fig.suptitle(f"paged-attention decode on {report.device.name}: {report.timing.get('statistic')}, "
+                 f"flush={report.timing.get('l2_flush')}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -395,14 +395,20 @@ def test_script_end_to_end_on_the_mock(tmp_path: Path) -> None:
 # ---- plot -----------------------------------------------------------------------------------------------
 
 
-def test_plot_groups_shape_families_and_writes_a_png(tmp_path: Path) -> None:
+def test_plot_groups_bars_per_shape_in_a_readable_unit(tmp_path: Path) -> None:
     from benchmark import plot
 
-    records = [replace(_record(f"b{b}", impl, 1.0), batch=b, context_tokens_total=2048 * b, tb_per_s=0.1 * b)
-               for b in (1, 8, 64) for impl in (report.PA_KIT, "torch-dense")]
-    by_batch = plot.series(tuple(records), "batch")
-    assert by_batch[(report.PA_KIT, "ctx2048 h32/8 d128 bs128 fp16")] == [(1, 0.1), (8, 0.8), (64, 6.4)]
+    records = [replace(_record(f"b{b}", impl, 1.0), batch=b, context_tokens_total=2048 * b, tb_per_s=0.01 * b)
+               for b in (1, 8) for impl in ("torch-dense", report.PA_KIT, "fia")]
+    records.append(_record("b64", report.PA_KIT, None, status="inaccurate"))
+    data = plot.bars(_report(records))
+    assert data.unit == "GB/s" and data.implementations[0] == report.PA_KIT  # CPU: GB/s, pa-kit first
+    assert data.shapes == ("b1", "b8", "b64") and data.labels[0] == "b1 32/8 2K fp16"
+    assert data.values[report.PA_KIT] == [pytest.approx(10.0), pytest.approx(80.0), None]  # untimed: no bar
+    assert data.peak == pytest.approx(DEVICE.peak_gb_per_s)
+    npu = plot.bars(_report(records, device=replace(DEVICE, backend="npu", peak_gb_per_s=1600.0)))
+    assert npu.unit == "TB/s" and npu.values["fia"][1] == pytest.approx(0.08) and npu.peak == pytest.approx(1.6)
     pytest.importorskip("matplotlib")
-    path = tmp_path / "tb.png"
+    path = tmp_path / "bars.png"
     plot.plot_report(_report(records), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
