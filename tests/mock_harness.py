@@ -67,7 +67,7 @@ class Case:
 def make_case(
     rng: np.random.Generator, lens: list[int], *, num_heads: int, num_kv_heads: int, head_dim: int,
     block_size: int, dtype: str = "fp16", strategy: str = "auto", extra_pages: int = 3, spare_columns: int = 2,
-    value_scale: float = 1.0, scale: float | None = None,
+    value_scale: float = 1.0, scale: float | None = None, core_count: int = 24,
 ) -> Case:
     pages = [math.ceil(n / block_size) for n in lens]
     max_pages = max(max(pages), 1) + spare_columns
@@ -86,6 +86,7 @@ def make_case(
     plan = plan_paged_attention(
         lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, block_size=block_size,
         max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype, strategy=strategy,
+        core_count=core_count,
     )
     return Case(list(lens), num_heads, num_kv_heads, head_dim, block_size, dtype, q, k, v, table, scale, plan)
 
