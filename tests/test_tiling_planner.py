@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiling import PagedAttentionPlan, abi, enumerate_tasks, plan_paged_attention
-from tiling.planner import SUPPORTED_BLOCK_SIZES
 from tiling.splits import combine_split_limit, round_up
 
 RATIOS = (1, 2, 4, 5, 8, 16, 32, 64)
@@ -40,7 +39,7 @@ class Shape:
 def shapes(draw: st.DrawFn, max_len: int = 3000) -> Shape:
     ratio = draw(st.sampled_from(RATIOS))
     num_kv_heads = draw(st.integers(1, max(1, min(8, 128 // ratio))))
-    block_size = draw(st.sampled_from(SUPPORTED_BLOCK_SIZES))
+    block_size = draw(st.sampled_from(abi.SUPPORTED_BLOCK_SIZES))
     batch = draw(st.integers(1, 40))
     special = st.sampled_from([0, 1, block_size - 1, block_size, block_size + 1])
     lens = tuple(draw(st.lists(st.one_of(special, st.integers(0, max_len)), min_size=batch, max_size=batch)))

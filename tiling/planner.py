@@ -19,10 +19,6 @@ from tiling.splits import STRATEGIES, CoreSplit, Strategy, choose_tile, headnum_
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
 DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
-SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
-HEAD_DIM_ALIGN = 16
-MAX_NUM_HEADS = 256
-MAX_GROUP = 64
 #: ATB's PP_MM bucket for a single query token.
 DECODE_M_UBD = 16
 #: Mask modulus/divisor that make the (unused) mask offset arithmetic an identity.
@@ -78,7 +74,7 @@ def validate_shape(
     """Reject every shape the kernels do not support, naming what was expected and what was given."""
     _require(1 <= batch <= abi.MAX_BATCH, f"batch must be in [1, {abi.MAX_BATCH}], got {batch}")
     _require(
-        1 <= num_heads <= MAX_NUM_HEADS, f"num_heads must be in [1, {MAX_NUM_HEADS}], got {num_heads}"
+        1 <= num_heads <= abi.MAX_NUM_HEADS, f"num_heads must be in [1, {abi.MAX_NUM_HEADS}], got {num_heads}"
     )
     _require(num_kv_heads >= 1, f"num_kv_heads must be >= 1, got {num_kv_heads}")
     _require(
@@ -86,16 +82,17 @@ def validate_shape(
         f"num_heads must be a multiple of num_kv_heads, got {num_heads} and {num_kv_heads}",
     )
     _require(
-        num_heads // num_kv_heads <= MAX_GROUP,
-        f"num_heads / num_kv_heads must be <= {MAX_GROUP}, got {num_heads} / {num_kv_heads}",
+        num_heads // num_kv_heads <= abi.MAX_GROUP,
+        f"num_heads / num_kv_heads must be <= {abi.MAX_GROUP}, got {num_heads} / {num_kv_heads}",
     )
     _require(
-        head_dim % HEAD_DIM_ALIGN == 0 and HEAD_DIM_ALIGN <= head_dim <= abi.MAX_HEAD_DIM,
-        f"head_dim must be a multiple of {HEAD_DIM_ALIGN} in [{HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
+        head_dim % abi.HEAD_DIM_ALIGN == 0 and abi.HEAD_DIM_ALIGN <= head_dim <= abi.MAX_HEAD_DIM,
+        f"head_dim must be a multiple of {abi.HEAD_DIM_ALIGN} in [{abi.HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
         f"got {head_dim}",
     )
     _require(
-        block_size in SUPPORTED_BLOCK_SIZES, f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size}"
+        block_size in abi.SUPPORTED_BLOCK_SIZES,
+        f"block_size must be one of {abi.SUPPORTED_BLOCK_SIZES}, got {block_size}",
     )
     _require(max_pages >= 1, f"block_table must have at least one column, got {max_pages}")
     _require(num_blocks >= 1, f"the KV cache must hold at least one page, got num_blocks={num_blocks}")

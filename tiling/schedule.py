@@ -55,7 +55,7 @@ def _pass_tasks(
                 continue
             chunk = (process // kv_core_num) % chunks
             split = process % kv_core_num
-            kv_loop = -(-(-(-kv_len // block_size) * block_size) // kv_split)
+            kv_loop = abi.kv_splits(kv_len, block_size, kv_split)
             if split >= kv_loop:
                 continue
             start = split * kv_split

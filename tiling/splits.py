@@ -176,7 +176,7 @@ def _split_kv_grid(
     # Departure 2: never more splits than the combine can hold.
     pages_per_split = max(pages_per_split, ceil_div(kv_pages, combine_split_limit(head_dim)))
     kv_split_tokens = pages_per_split * block_size
-    kv_core_num = ceil_div(kv_align, kv_split_tokens)
+    kv_core_num = abi.kv_splits(kv_align, block_size, kv_split_tokens)
     if head_split is None:
         cores_per_kv = 1
         if batch * kv_core_num < core_count * SPLIT_HEAD_CORE_RATIO:
