@@ -1,7 +1,7 @@
-"""Inputs, the float64 golden, the comparison and one case's run: what the accuracy suite is made of.
+"""Inputs and one case's run: what the accuracy suite is made of.
 
-The golden shares no code with the planner or the kernels: a dense gather of each sequence's pages through
-the block table, then softmax attention in float64, one (sequence, KV head) at a time.
+The golden and the tolerance policy are :mod:`accuracy.reference`'s, shared with the mock and simulation
+tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from accuracy.cases import DTYPES, JUNK_IDS, TOLERANCES, Case
+from accuracy.cases import DTYPES, JUNK_IDS, Case
+from accuracy.reference import Comparison, Reference, compare, reference
 from launcher import PagedAttentionRunner
 from launcher.backends import Backend, MockBackend, SimBackend
 
@@ -54,55 +55,9 @@ def make_inputs(case: Case) -> Inputs:
     )
 
 
-def golden(inputs: Inputs, scale: float) -> torch.Tensor:
-    """float64 attention, gathering each sequence's pages densely, one (sequence, KV head) at a time."""
-    batch, num_heads, head_dim = inputs.query.shape
-    _, block_size, num_kv_heads, _ = inputs.key_cache.shape
-    group = num_heads // num_kv_heads
-    out = torch.zeros(batch, num_heads, head_dim, dtype=torch.float64)
-    for seq, length in enumerate(inputs.lens):
-        if length == 0:
-            continue
-        pages = inputs.block_table[seq, :-(-length // block_size)].long()
-        keys = inputs.key_cache[pages].reshape(-1, num_kv_heads, head_dim)[:length]
-        values = inputs.value_cache[pages].reshape(-1, num_kv_heads, head_dim)[:length]
-        for kv_head in range(num_kv_heads):
-            heads = slice(kv_head * group, (kv_head + 1) * group)
-            q = inputs.query[seq, heads].double()
-            scores = q @ keys[:, kv_head].double().T * scale
-            out[seq, heads] = torch.softmax(scores, dim=-1) @ values[:, kv_head].double()
-    return out
-
-
-@dataclass(frozen=True)
-class Comparison:
-    max_abs_error: float
-    worst_index: tuple[int, int, int]
-    tolerance_there: float
-    worst_ratio: float
-    passed: bool
-
-    def summary(self) -> str:
-        return (f"max abs error {self.max_abs_error:.3e} at [seq, head, dim] = {list(self.worst_index)}, "
-                f"tolerance there {self.tolerance_there:.3e}, worst error/tolerance {self.worst_ratio:.3f}")
-
-
-def compare(out: torch.Tensor, reference: torch.Tensor, dtype: str) -> Comparison:
-    """Elementwise check against ``atol + rtol * |golden|``; NaN/inf anywhere fails."""
-    atol, rtol = TOLERANCES[dtype]
-    error = (out.detach().cpu().double() - reference).abs()
-    error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
-    tolerance = atol + rtol * reference.abs()
-    ratio = error / tolerance
-    flat = int(torch.argmax(error).item()) if error.numel() else 0
-    index = tuple(int(i) for i in np.unravel_index(flat, tuple(error.shape))) if error.numel() else (0, 0, 0)
-    worst_ratio = float(ratio.max().item()) if ratio.numel() else 0.0
-    return Comparison(
-        max_abs_error=float(error.max().item()) if error.numel() else 0.0,
-        worst_index=index,  # type: ignore[arg-type]
-        tolerance_there=float(tolerance[index].item()) if error.numel() else atol,
-        worst_ratio=worst_ratio, passed=worst_ratio <= 1.0,
-    )
+def golden(inputs: Inputs, scale: float) -> Reference:
+    """The case's float64 golden and torch's low-precision error on it (:mod:`accuracy.reference`)."""
+    return reference(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_table, inputs.lens, scale)
 
 
 # ---- running a case ------------------------------------------------------------------------------------
@@ -152,4 +107,4 @@ def run_case(case: Case, backend_name: str, num_threads: int = 0) -> Outcome:
     out = launch_poisoned(runner)
     plan = runner.plan
     described = f"{plan.strategy} key {int(plan.key)} bd {plan.block_dim} kvCN {plan.kv_core_num}"
-    return Outcome(case, described, compare(out, golden(inputs, runner.scale), case.dtype))
+    return Outcome(case, described, compare(out, golden(inputs, runner.scale)))
