@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the child process runs this file as a script
     sys.path.insert(0, str(ROOT))
 
-from accuracy.harness import Inputs, compare, golden  # noqa: E402
+from accuracy.harness import Inputs, golden  # noqa: E402
+from accuracy.reference import compare  # noqa: E402
 from launcher import PagedAttentionRunner, paged_attention  # noqa: E402
 from launcher.library import library_path  # noqa: E402
 from tiling import PagedAttentionPlan, plan_paged_attention  # noqa: E402
@@ -95,7 +96,7 @@ def invariance_failures(backend: str, configs: tuple[Config, ...] = CONFIGS) -> 
         inputs = make_inputs(config)
         everyone = list(range(len(config.lens)))
         batch = _attend(inputs, everyone, backend, batch_invariant=True)
-        check = compare(batch, golden(inputs, config.head_dim ** -0.5), config.dtype)
+        check = compare(batch, golden(inputs, config.head_dim ** -0.5))
         if not check.passed:
             failures.append(f"{config}: not accurate: {check.summary()}")
         reversed_batch = _attend(inputs, everyone[::-1], backend, batch_invariant=True).flip(0)

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from accuracy.harness import Inputs, compare, golden
+from accuracy.harness import Inputs, golden
+from accuracy.reference import compare
 from launcher import PagedAttentionRunner
 
 LAYERS = 3
@@ -70,7 +71,7 @@ def test_run_per_layer_matches_a_fresh_runner_and_the_golden(layers: list[Inputs
     for layer, out in zip(layers, outs, strict=True):
         fresh = _runner(layer, strategy=strategy)()
         assert torch.equal(_bits(out), _bits(fresh))
-        check = compare(out, golden(layer, HEAD_DIM ** -0.5), "bf16")
+        check = compare(out, golden(layer, HEAD_DIM ** -0.5))
         assert check.passed, check.summary()
     assert runner.plan is plan  # never re-planned
     assert {slot: t.data_ptr() for slot, t in runner.workspace.items()} == workspace  # never reallocated
@@ -94,7 +95,7 @@ def test_decode_loop_update_then_run_per_layer(layers: list[Inputs]) -> None:
     for layer in layers:
         grown = Inputs(layer.query, layer.key_cache, layer.value_cache, layer.block_table, longer)
         out = runner.run(layer.query, layer.key_cache, layer.value_cache, out=torch.empty_like(layer.query))
-        assert compare(out, golden(grown, HEAD_DIM ** -0.5), "bf16").passed
+        assert compare(out, golden(grown, HEAD_DIM ** -0.5)).passed
 
 
 def test_batch_invariant_runner_runs_layers(layers: list[Inputs]) -> None:
