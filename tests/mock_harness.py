@@ -1,7 +1,7 @@
 """Drive the mock NPU device (``build/lib/libpa_mock.so``) through ctypes directly, without the launcher.
 
 Used by ``tests/test_mock_device.py`` and ``tests/bench_mock.py``: random paged inputs with shuffled block
-tables, the planner's tiling, poisoned workspaces, one launch, and an independent float64 golden.
+tables, the planner's tiling, poisoned workspaces, one launch, and the project's float64 golden.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from accuracy.reference import Reference, reference
 from launcher import mock_api
 from tiling import PagedAttentionPlan, abi, plan_paged_attention
 
@@ -91,27 +92,16 @@ def make_case(
     return Case(list(lens), num_heads, num_kv_heads, head_dim, block_size, dtype, q, k, v, table, scale, plan)
 
 
-def golden(case: Case) -> np.ndarray:
-    """float64 attention per sequence and kv head from a dense gather of the pages (0 rows for empty)."""
-    batch, hq, d = case.q.shape
-    group = hq // case.num_kv_heads
-    q = from_bits(case.q, case.dtype)
-    k = from_bits(case.k, case.dtype)
-    v = from_bits(case.v, case.dtype)
-    out = np.zeros((batch, hq, d))
-    for b, n in enumerate(case.lens):
-        if n == 0:
-            continue
-        ids = case.block_table[b, : math.ceil(n / case.block_size)]
-        kb = k[ids].reshape(-1, case.num_kv_heads, d)[:n]
-        vb = v[ids].reshape(-1, case.num_kv_heads, d)[:n]
-        qb = q[b].reshape(case.num_kv_heads, group, d)
-        scores = np.einsum("kgd,lkd->kgl", qb, kb) * case.scale
-        scores -= scores.max(axis=-1, keepdims=True)
-        weights = np.exp(scores)
-        weights /= weights.sum(axis=-1, keepdims=True)
-        out[b] = np.einsum("kgl,lkd->kgd", weights, vb).reshape(hq, d)
-    return out
+def as_tensor(bits: np.ndarray, dtype: str) -> torch.Tensor:
+    """uint16 bit patterns -> the fp16 / bf16 tensor they encode (no copy of the values' meaning)."""
+    narrow = torch.float16 if dtype == "fp16" else torch.bfloat16
+    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(narrow)
+
+
+def golden(case: Case) -> Reference:
+    """The case's float64 golden and tolerance, by the one policy of :mod:`accuracy.reference`."""
+    return reference(as_tensor(case.q, case.dtype), as_tensor(case.k, case.dtype), as_tensor(case.v, case.dtype),
+                     torch.from_numpy(case.block_table), case.lens, case.scale)
 
 
 def workspace(case: Case, *, poison: bool = True) -> dict[int, np.ndarray]:
