@@ -29,13 +29,11 @@ from typing import Any
 
 import torch
 
+from accuracy.reference import Reference, compare, reference
 from benchmark.bytes_model import pages_used
 from benchmark.shapes import BenchShape
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-#: Max |out - golden| <= atol + rtol * max|golden| for an implementation to be timed.  Outputs are averages of
-#: N(0, 1) values (|golden| < 1), so this is a few units in the last place of the dtype near 1.
-ACCURACY_TOLERANCE = {"fp16": (4e-3, 4e-3), "bf16": (3e-2, 3e-2)}
 #: Spare pages in the cache beyond what the sequences use, so that the shuffled table spans a larger cache.
 SPARE_PAGE_FRACTION = 0.125
 NPU_IMPLEMENTATIONS = ("ifa", "fia")
@@ -90,28 +88,19 @@ def sequence_kv(case: BenchCase, seq: int, cache: torch.Tensor) -> torch.Tensor:
     return cache.index_select(0, rows).reshape(-1, case.shape.num_kv_heads, case.shape.head_dim)[:length]
 
 
-def golden(case: BenchCase) -> torch.Tensor:
-    """float64 reference on the CPU, one (sequence, KV head) at a time so long contexts fit in memory."""
-    s = case.shape
-    out = torch.zeros(s.batch, s.num_heads, s.head_dim, dtype=torch.float64)
-    query = case.query.cpu().double()
-    for seq in range(s.batch):
-        keys = sequence_kv(case, seq, case.key_cache).cpu()
-        values = sequence_kv(case, seq, case.value_cache).cpu()
-        for kv in range(s.num_kv_heads):
-            heads = slice(kv * s.group_size, (kv + 1) * s.group_size)
-            scores = query[seq, heads] @ keys[:, kv].double().T * case.scale
-            out[seq, heads] = torch.softmax(scores, dim=-1) @ values[:, kv].double()
-    return out
+def golden(case: BenchCase) -> Reference:
+    """The float64 golden and the case's tolerance, by the project's one policy (:mod:`accuracy.reference`)."""
+    return reference(case.query, case.key_cache, case.value_cache, case.block_table, case.shape.context_lens,
+                     case.scale)
 
 
-def max_abs_error(out: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((out.detach().cpu().double() - reference).abs().max())
+def max_abs_error(out: torch.Tensor, ref: Reference) -> float:
+    return compare(out, ref).max_abs_error
 
 
-def within_tolerance(error: float, reference: torch.Tensor, dtype: str) -> bool:
-    atol, rtol = ACCURACY_TOLERANCE[dtype]
-    return error <= atol + rtol * float(reference.abs().max())
+def within_tolerance(error: float, ref: Reference) -> bool:
+    """Twice torch's own low-precision error on this case (flash-attention's rule), see accuracy/reference.py."""
+    return error <= ref.allowed_error
 
 
 # ---- torch peers ----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from accuracy.reference import Reference
 from benchmark import bytes_model
 from benchmark.baselines import (
     BenchCase,
@@ -198,7 +199,7 @@ class Suite:
         return with_speedups(records)
 
     def _measure(self, case: BenchCase, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
-                 reference: torch.Tensor, traffic: bytes_model.TrafficModel) -> BenchRecord:
+                 reference: Reference, traffic: bytes_model.TrafficModel) -> BenchRecord:
         shape = case.shape
         record = _base_record(shape, name, traffic, STATUS_OK)
         try:
@@ -208,7 +209,7 @@ class Suite:
             self.log(f"  {shape.shape_id:<44} {name:<14} failed: {type(exc).__name__}: {exc}")
             return replace(record, status=f"error: {type(exc).__name__}: {exc}")
         record = replace(record, max_abs_error=error, plan=plan)
-        if not within_tolerance(error, reference, shape.dtype):
+        if not within_tolerance(error, reference):
             self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}, not timed")
             return replace(record, status=STATUS_INACCURATE)
         figures = self._device_figures(runner, traffic)  # of the accuracy launch: before any other launch

@@ -48,7 +48,7 @@ def test_fia_tnd_call_as_vllm_ascend_makes_it_passes_the_rules_and_the_golden(he
     assert name == "fia" and args == () and kw["input_layout"] == "TND" and kw["sparse_mode"] == 3
     assert kw["actual_seq_lengths"] == [1, 2, 3, 4] and kw["actual_seq_lengths_kv"] == [5, 300, 17, 0]
     assert kw["key"].data_ptr() == case.key_cache.data_ptr()  # a view of the paged cache, not a copy
-    assert within_tolerance(max_abs_error(out, golden(case)), golden(case), "fp16")
+    assert within_tolerance(max_abs_error(out, golden(case)), golden(case))
 
 
 def test_fia_tnd_refuses_head_dims_it_does_not_take() -> None:
@@ -90,7 +90,7 @@ def test_fia_fake_computes_so_a_wrong_table_fails_the_golden() -> None:
     fia = fake_torch_npu(calls).npu_fused_infer_attention_score
     swapped = {**kw, "block_table": case.block_table.flip(0).contiguous()}
     out = fia(**swapped)[0].view(case.query.shape)
-    assert not within_tolerance(max_abs_error(out, golden(case)), golden(case), "fp16")
+    assert not within_tolerance(max_abs_error(out, golden(case)), golden(case))
 
 
 # ---- external ATB-ABI kernels as peers -------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_external_runner_passes_the_golden(external_copy: Path) -> None:
     runner = prepare_external(case, str(external_copy), "mock")
     assert runner.library.path == external_copy.resolve()
     runner.out.fill_(math.nan)
-    assert within_tolerance(max_abs_error(runner(), golden(case)), golden(case), "fp16")
+    assert within_tolerance(max_abs_error(runner(), golden(case)), golden(case))
 
 
 def test_script_times_externals_and_invariant_rows_and_reports_run(external_copy: Path, tmp_path: Path) -> None:
