@@ -8,7 +8,10 @@ argument raises before any launch (a counting wrapper sees zero launches and the
 from __future__ import annotations
 
 import math
+import sys
+import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ import torch
 from accuracy.harness import Inputs, golden
 from accuracy.reference import compare
 from launcher import PagedAttentionRunner
+from tiling import abi
 
 LAYERS = 3
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
@@ -159,3 +163,26 @@ def test_out_over_the_block_table_is_refused(layers: list[Inputs]) -> None:
     with pytest.raises(ValueError, match="share memory with block_table"):
         runner.run(layer.query, layer.key_cache, layer.value_cache, out=out)
     assert torch.equal(buffer[:table.numel()], table.view(-1))  # nothing written
+
+
+def test_run_passes_the_new_pointers_and_zeroes_empty_rows_for_an_external_kernel(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On the npu backend (a fake torch_npu, CPU tensors standing in) with an external ATB-ABI library:
+    run() hands the kernel the new tensors and zeroes the empty sequences' rows of the given ``out``."""
+    import test_npu_backend as npu
+
+    library = npu._build(tmp_path, "libexternal.so", ours=False)
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    monkeypatch.setattr(torch, "npu", npu.FakeNpu(), raising=False)
+    query, key, value, table, lens = npu.inputs([100, 0, 7])
+    runner = PagedAttentionRunner(query, key, value, table, lens, backend=npu.CpuStandInNpuBackend(library))
+    assert runner.library.external
+    q2, k2, v2 = query.clone(), key.clone(), value.clone()
+    out = torch.full_like(query, math.nan)
+    runner.run(q2, k2, v2, out=out)
+    recorded = npu.handle(library)
+    slots = {abi.ArgSlot.Q: q2, abi.ArgSlot.K: k2, abi.ArgSlot.V: v2, abi.ArgSlot.O: out,
+             abi.ArgSlot.BLOCK_TABLES: table}
+    for slot, tensor in slots.items():
+        assert recorded.fake_ptr(int(slot)) == tensor.data_ptr(), slot.name
+    assert bool((out[1] == 0).all()) and bool(torch.isnan(out[0]).all())  # the fake kernel writes nothing
