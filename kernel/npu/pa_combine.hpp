@@ -56,14 +56,24 @@ struct CombineCore {
         Assign(tmp, kUbTmp);
         Assign(mx, kUbMax);
         Assign(sm, kUbSum);
+        WaitFlag(kLseUbFree);
         LoadNd(lse, l, addrL + uint64_t(head) * kvcn, 1, m, m, kTrafficPartial);
-        TROWMAX(mx, lse, tmp);
-        pipe_barrier(PIPE_ALL); /* the scalar unit reads UB next */
-        TADDS(lse, lse, -mx.GetValue(0));
-        TEXP(lse, lse);
-        TROWSUM(sm, lse, tmp);
-        pipe_barrier(PIPE_ALL);
-        TMULS(lse, lse, 1.0f / sm.GetValue(0));
+        Handoff(kLseLoaded);
+        RowMax(mx, lse, tmp);
+        Handoff(kMaxToScalar); /* the scalar unit reads UB next */
+        const float maxLse = ScalarRead(mx, 0);
+        /* No V barrier before overwriting lse: the scalar unit issues AddS only after GetValue returned, and
+         * GetValue waited (kMaxToScalar) for every earlier V instruction, TROWMAX's read of lse included. */
+        AddS(lse, lse, -maxLse);
+        VecBarrier(kEdgeBarCombShift);
+        Exp(lse, lse);
+        VecBarrier(kEdgeBarCombExp);
+        RowSum(sm, lse, tmp);
+        Handoff(kSumToScalar);
+        const float sum = ScalarRead(sm, 0);
+        /* as above: TROWSUM's read of lse completed before GetValue, GetValue before MulS issues */
+        MulS(lse, lse, 1.0f / sum);
+        VecBarrier(kEdgeBarCombWeights);
         RowF part(d), acc(d);
         RowT out(d);
         Assign(part, kUbPart);
@@ -75,22 +85,35 @@ struct CombineCore {
             WCol w(rows);
             Assign(chunk, kUbChunk);
             Assign(w, kUbLse + c0 * sizeof(float));
+            WaitFlag(kChunkUbFree);
             LoadNd(chunk, ocore, addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(c0) * d, rows, d, d,
                    kTrafficPartial);
-            TROWEXPANDMUL(chunk, chunk, w);
+            Handoff(kChunkLoaded);
+            RowExpandMul(chunk, chunk, w);
+            VecBarrier(kEdgeBarCombScaled);
             if (c0 == 0) {
-                TCOLSUM(acc, chunk);
+                ColSum(acc, chunk);
             } else {
-                TCOLSUM(part, chunk);
-                TADD(acc, acc, part);
+                ColSum(part, chunk);
+                VecBarrier(kEdgeBarCombColSum);
+                Add(acc, acc, part);
             }
+            SetFlag(kChunkUbFree);
         }
-        TCVT(out, acc, RoundMode::CAST_RINT);
+        SetFlag(kLseUbFree);
+        VecBarrier(kEdgeBarCombAcc);
+        WaitFlag(kCombOutFree);
+        Cvt(out, acc, RoundMode::CAST_RINT);
+        Handoff(kCombOutReady);
         StoreNd(o, addrO + uint64_t(head) * d, 1, d, d, out, kTrafficOther);
+        SetFlag(kCombOutFree);
     }
 
     AICORE inline void Run(uint32_t blockNum)
     {
+        SetFlag(kLseUbFree);
+        SetFlag(kChunkUbFree);
+        SetFlag(kCombOutFree);
         const uint32_t items = t.batch * t.numHeads;
         const uint32_t workers = blockNum * kVecSubCores;
         for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
@@ -100,6 +123,9 @@ struct CombineCore {
             SetWorkItem(int32_t(slot), int32_t(head), -1);
             One(slot, head);
         }
+        WaitFlag(kLseUbFree);
+        WaitFlag(kChunkUbFree);
+        WaitFlag(kCombOutFree);
     }
 };
 

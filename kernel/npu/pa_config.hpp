@@ -70,12 +70,12 @@ constexpr int kCombineMaxSplits = PA_COMBINE_UB_FLOATS / PA_TILE_ALIGN_TOKENS;
 /* Partial-O rows folded per step: 32 rows x 256 fp32 = 32 KB of UB. */
 constexpr int kCombineChunkRows = 32;
 
-/* ---- cross-core flags (contract §5.2 ids; stage 1 / stage 2 of the ping-pong) -------------------------- */
-constexpr uint16_t kFlagQkReady[kStages] = {3, 6};        /* cube -> vectors: S of the unit is in GM      */
-constexpr uint16_t kFlagSoftmaxReady[kStages] = {4, 7};   /* vectors -> cube: P of the unit is in GM      */
-constexpr uint16_t kFlagUpdateReady[kStages] = {5, 8};    /* cube -> vectors: O_tmp of the unit is in GM  */
-constexpr uint16_t kFlagReduceBarrier = 13;               /* all vectors: split partials done (not id 3!) */
-constexpr int kFlagCount = 16;                            /* FFTS flag ids 0..15                          */
+/* Events the simulation counts for its figures (nothing on the NPU). */
+enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul };
+
+/* ---- cross-core flags (the ids each use takes are in pa_sync.hpp) ------------------------------------ */
+constexpr uint16_t kFlagReduceBarrier = 13; /* all vectors: split partials done (not id 3!)            */
+constexpr int kFlagCount = 16;              /* FFTS flag ids 0..15                                       */
 
 }  // namespace pa
 

@@ -31,22 +31,25 @@ struct CubeCore {
     using SAcc = TileAcc<float, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
     using OAcc = TileAcc<float, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
 
-    /* On-chip layout (bytes).  L1: Q | P | two K/V sub-tile buffers.  L0B: two sub-tiles.  L0C: two S
-     * accumulators (one drains to GM while the next fills) and the P.V accumulator. */
+    /* On-chip layout (bytes).  L1: Q | P | two K/V sub-tile buffers.  L0A: Q | two P sub-tiles.  L0B: two
+     * sub-tiles.  L0C: two S accumulators (one drains to GM while the next fills) and the P.V accumulator.
+     * Buffer b of L1, L0A's P and L0B go together: sub-tile i uses b = i % 2 everywhere. */
     static constexpr uint32_t kL1Q = 0;
     static constexpr uint32_t kL1P = AlignUp(kL1Q + QMat::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL1Kv0 = AlignUp(kL1P + PMat::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL1KvBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL0aQ = 0;
     static constexpr uint32_t kL0aP = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0aPBytes = AlignUp(PLeft::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL0bBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL0cS = 0;
     static constexpr uint32_t kL0cSBytes = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
     static constexpr uint32_t kL0cO = 2 * kL0cSBytes;
     static_assert(kL1Kv0 + 2 * kL1KvBytes <= kL1Bytes, "L1 plan overflows");
-    static_assert(kL0aP + PLeft::Numel * sizeof(T) <= kL0aBytes, "L0A plan overflows");
+    static_assert(kL0aP + 2 * kL0aPBytes <= kL0aBytes, "L0A plan overflows");
     static_assert(2 * kL0bBytes <= pa::kL0bBytes, "L0B plan overflows");
     static_assert(kL0cO + OAcc::Numel * sizeof(float) <= kL0cBytes, "L0C plan overflows");
+    static_assert(kSub % 16 == 0 && kHandoffTokens % 16 == 0, "sub-tiles and units start on whole fractals");
 
     const Tiling &t;
     uint32_t core;
@@ -97,6 +100,7 @@ struct CubeCore {
         }
     }
 
+    /* Unit u of a task: S = Q.K^T per KV-group run, sub-tile by sub-tile, into GM scratch stage `stage`. */
     AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = t.headDim;
@@ -105,8 +109,14 @@ struct CubeCore {
             QLeft qLeft(m, d);
             Assign(qMat, kL1Q);
             Assign(qLeft, kL0aQ);
+            WaitFlag(kQL1Free);
             LoadNd(qMat, q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
-            TMOV(qLeft, qMat);
+            Handoff(kQLoaded);
+            WaitFlag(kQLeftFree);
+            Mov(qLeft, qMat);
+            SetFlag(kQL1Free);
+            /* No Q -> M flag: the first sub-tile's L0Ready(b) below is set on MTE1 after this move, and a
+             * set_flag waits for all earlier instructions of its pipe, so the matmul sees Q in L0A. */
             ForEachPiece(tk, u, [&](const Piece &pc) {
                 const uint32_t b = bufToggle++ & 1u;
                 KMat kMat(d, pc.len);
@@ -115,29 +125,52 @@ struct CubeCore {
                 Assign(kMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(kRight, b * kL0bBytes);
                 Assign(acc, kL0cS + b * kL0cSBytes);
+                WaitFlag(KvL1Free(b));
                 LoadDn(kMat, k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(t.kvHeads) * d, kTrafficKv);
-                TMOV(kRight, kMat);
-                TMATMUL(acc, qLeft, kRight);
+                Handoff(KvLoaded(b));
+                WaitFlag(L0Free(b));
+                Mov(kRight, kMat);
+                SetFlag(KvL1Free(b));
+                Handoff(L0Ready(b));
+                WaitFlag(SAccFree(b));
+                Matmul(acc, qLeft, kRight);
                 Count(kCountMatmul);
+                SetFlag(L0Free(b));
+                Handoff(SAccReady(b));
                 StoreNd(s, ScratchS(core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len, kScorePitch, acc,
                         kTrafficScratch);
+                SetFlag(SAccFree(b));
             });
+            SetFlag(kQLeftFree);
         });
-        SignalVectors(kFlagQkReady[stage]);
+        SignalVectors(QkReady(stage));
     }
 
+    /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  The device
+     * multiplies the inner (token) length rounded up to 16, so a unit whose length is not a multiple of 16
+     * zeroes P's and V's L1 buffers first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
     AICORE inline void PvUnit(const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = t.headDim;
         const uint32_t unitLen = UnitTokens(tk, u);
-        WaitFromVectors(kFlagSoftmaxReady[stage]);
+        const bool ragged = unitLen % 16 != 0;
+        WaitFromVectors(SoftmaxReady(stage));
         ForEachGroupRun(tk, [&](uint32_t r0, uint32_t m, uint32_t kvh) {
             PMat pMat(m, unitLen);
             OAcc acc(m, d);
             Assign(pMat, kL1P);
             Assign(acc, kL0cO);
+            WaitFlag(kPL1Free);
+            if (ragged) { /* MTE2, before the load on the same in-order pipe */
+                PMat whole(kCubeRows, kHandoffTokens);
+                Assign(whole, kL1P);
+                ZeroL1(whole);
+            }
             LoadNd(pMat, p, ScratchP(core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
                    kTrafficScratch);
+            /* No P -> MTE1 flag: every sub-tile's KvLoaded(b) is set on MTE2 after this load (one in-order
+             * queue), and TEXTRACT waits for it before it reads P. */
+            WaitFlag(kOAccFree);
             bool first = true;
             ForEachPiece(tk, u, [&](const Piece &pc) {
                 const uint32_t b = bufToggle++ & 1u;
@@ -146,38 +179,86 @@ struct CubeCore {
                 PLeft pLeft(m, pc.len);
                 Assign(vMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(vRight, b * kL0bBytes);
-                Assign(pLeft, kL0aP);
+                Assign(pLeft, kL0aP + b * kL0aPBytes);
+                WaitFlag(KvL1Free(b));
+                if (pc.len % 16 != 0) {
+                    VMat whole(kSub, DCap);
+                    Assign(whole, kL1Kv0 + b * kL1KvBytes);
+                    ZeroL1(whole);
+                }
                 LoadNd(vMat, v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(t.kvHeads) * d, kTrafficKv);
-                TEXTRACT(pLeft, pMat, 0, pc.col);
-                TMOV(vRight, vMat);
+                Handoff(KvLoaded(b));
+                WaitFlag(L0Free(b));
+                Extract(pLeft, pMat, 0, pc.col);
+                Mov(vRight, vMat);
+                SetFlag(KvL1Free(b));
+                Handoff(L0Ready(b));
                 if (first) {
-                    TMATMUL(acc, pLeft, vRight);
+                    Matmul(acc, pLeft, vRight);
                 } else {
-                    TMATMUL_ACC(acc, acc, pLeft, vRight);
+                    MatmulAcc(acc, pLeft, vRight);
                 }
                 first = false;
                 Count(kCountMatmul);
+                SetFlag(L0Free(b));
             });
+            SetFlag(kPL1Free);
+            Handoff(kOAccReady);
             StoreNd(otmp, ScratchO(core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
+            SetFlag(kOAccFree);
         });
-        SignalVectors(kFlagUpdateReady[stage]);
+        SignalVectors(UpdateReady(stage));
+    }
+
+    /* Write-after-read flags start set ("buffer free") and are drained before the core exits. */
+    AICORE inline void ArmFreeFlags()
+    {
+        SetFlag(kQL1Free);
+        SetFlag(kQLeftFree);
+        SetFlag(kPL1Free);
+        SetFlag(kOAccFree);
+        for (uint32_t b = 0; b < 2; ++b) {
+            SetFlag(KvL1Free(b));
+            SetFlag(L0Free(b));
+            SetFlag(SAccFree(b));
+        }
+    }
+
+    AICORE inline void DrainFreeFlags()
+    {
+        WaitFlag(kQL1Free);
+        WaitFlag(kQLeftFree);
+        WaitFlag(kPL1Free);
+        WaitFlag(kOAccFree);
+        for (uint32_t b = 0; b < 2; ++b) {
+            WaitFlag(KvL1Free(b));
+            WaitFlag(L0Free(b));
+            WaitFlag(SAccFree(b));
+        }
     }
 
     AICORE inline void Run(uint32_t blockNum)
     {
+        ArmFreeFlags();
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
             const uint32_t units = UnitsOf(tk);
             const uint32_t base = unitCounter;
             for (uint32_t u = 0; u < units; ++u) {
+                SetUnit(u);
                 QkUnit(tk, u, (base + u) % kStages);
                 Count(kCountUnit);
-                if (u >= 1) PvUnit(tk, u - 1, (base + u - 1) % kStages);
+                if (u >= 1) {
+                    SetUnit(u - 1);
+                    PvUnit(tk, u - 1, (base + u - 1) % kStages);
+                }
             }
+            SetUnit(units - 1);
             PvUnit(tk, units - 1, (base + units - 1) % kStages);
             unitCounter = base + units;
         });
+        DrainFreeFlags();
     }
 };
 

@@ -19,11 +19,13 @@ struct KernelArgs {
     __gm__ uint8_t *ptr[PA_NUM_PTR_ARGS];
 };
 
-template <typename T, int DCap>
-AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, bool cube, uint32_t core, uint32_t blockNum,
-                           uint32_t sub)
+/* kCube picks the core's role at compile time: the cube binary holds no vector instruction and the vector
+ * binary no cube instruction (on the device they are two separate binaries, dav-c220-cube and -vec). */
+template <typename T, int DCap, bool kCube>
+AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
-    if (cube) {
+    if constexpr (kCube) {
+        (void)sub;
         CubeCore<T, DCap> c{t,
                             core,
                             BindGm<T>(a.ptr[PA_ARG_Q], PA_ARG_Q),
@@ -48,16 +50,15 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, bool cube, uint
     }
 }
 
-template <typename T>
-AICORE inline void RunDtype(const KernelArgs &a, const Tiling &t, bool cube, uint32_t core, uint32_t blockNum,
-                            uint32_t sub)
+template <typename T, bool kCube>
+AICORE inline void RunDtype(const KernelArgs &a, const Tiling &t, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
     if (t.headDim <= uint32_t(kDCapSmall)) {
-        RunCore<T, kDCapSmall>(a, t, cube, core, blockNum, sub);
+        RunCore<T, kDCapSmall, kCube>(a, t, core, blockNum, sub);
     } else if (t.headDim <= uint32_t(kDCapMedium)) {
-        RunCore<T, kDCapMedium>(a, t, cube, core, blockNum, sub);
+        RunCore<T, kDCapMedium, kCube>(a, t, core, blockNum, sub);
     } else {
-        RunCore<T, kDCapLarge>(a, t, cube, core, blockNum, sub);
+        RunCore<T, kDCapLarge, kCube>(a, t, core, blockNum, sub);
     }
 }
 
@@ -68,14 +69,15 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
-AICORE inline void Dispatch(const KernelArgs &a, bool cube, uint32_t core, uint32_t blockNum, uint32_t sub)
+template <bool kCube>
+AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
     const Tiling t = ReadTiling(a.ptr[PA_ARG_TILING]);
     if (!KeyKnown(t.key)) return;
     if (t.key & PA_KEY_BF16_BIT) {
-        RunDtype<bfloat16_t>(a, t, cube, core, blockNum, sub);
+        RunDtype<bfloat16_t, kCube>(a, t, core, blockNum, sub);
     } else {
-        RunDtype<half>(a, t, cube, core, blockNum, sub);
+        RunDtype<half, kCube>(a, t, core, blockNum, sub);
     }
 }
 
@@ -99,15 +101,17 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_KERNEL_PARAMS(PA_PARAM_DEC
     (void)ffts_base;
 #endif
 #if defined(__CPU_SIM)
-    const bool cube = pa::sim::tctx.role == pa::sim::kRoleCube;
-    const uint32_t sub = cube ? 0 : uint32_t(pa::sim::tctx.role - pa::sim::kRoleVec0);
-    pa::Dispatch(args, cube, get_block_idx(), block_num, sub);
+    /* one host thread per core role; both roles are compiled into the one simulation library */
+    if (pa::sim::tctx.role == pa::sim::kRoleCube) {
+        pa::Dispatch<true>(args, get_block_idx(), block_num, 0);
+    } else {
+        pa::Dispatch<false>(args, get_block_idx(), block_num, uint32_t(pa::sim::tctx.role - pa::sim::kRoleVec0));
+    }
 #elif defined(__DAV_C220_CUBE__)
-    set_padding(0);
-    pa::Dispatch(args, true, get_block_idx(), block_num, 0);
+    pa::Dispatch<true>(args, get_block_idx(), block_num, 0);
 #elif defined(__DAV_C220_VEC__)
     set_mask_norm();
     set_vector_mask((uint64_t)-1, (uint64_t)-1);
-    pa::Dispatch(args, false, get_block_idx(), block_num, get_subblockid());
+    pa::Dispatch<false>(args, get_block_idx(), block_num, get_subblockid());
 #endif
 }

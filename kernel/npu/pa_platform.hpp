@@ -1,9 +1,12 @@
 /*
- * The thin layer between the kernel and the machine: global-memory accessors, on-chip buffer assignment and
- * cross-core flags.  On the NPU everything here is a plain pointer, TASSIGN or FFTS call.  Under __CPU_SIM
- * every GM access is checked against the extents registered with pa_mock_bind() (PA_ERR_OUT_OF_BOUNDS with
- * slot, element offset, core, sequence, head and split, like the mock), traffic is counted for pa_sim_stats,
- * and every wait has a deadlock timeout (PA_ERR_INTERNAL).
+ * The thin layer between the kernel and the machine: global-memory accessors, on-chip buffer assignment,
+ * every tile instruction the kernel issues, intra-core flags and barriers, and cross-core flags.
+ *
+ * On the NPU (and in the A2/A3 compile check, -D__COSTMODEL) each wrapper is exactly the pto-isa instruction
+ * or the CCE intrinsic.  Under __CPU_SIM each wrapper also tells the simulation what the A2/A3 instruction
+ * touches: its pipe and the byte ranges it reads and writes (pa_record.hpp), so the hazard checker can find
+ * races the sequential simulation cannot show; GM accesses are checked against the extents registered with
+ * pa_mock_bind(), traffic is counted, and every wait has a deadlock timeout.
  */
 #ifndef PA_PLATFORM_HPP
 #define PA_PLATFORM_HPP
@@ -11,8 +14,9 @@
 #include <pto/pto-inst.hpp>
 
 #include "pa_config.hpp"
+#include "pa_sync.hpp"
 #ifdef __CPU_SIM
-#include "sim/pa_sim_runtime.hpp"
+#include "sim/pa_record.hpp"
 #endif
 
 namespace pa {
@@ -41,29 +45,28 @@ using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, D
 /* Traffic class of an access, for the simulation figures. */
 enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
 
-AICORE inline void NoteAccess(int32_t slot, uint64_t off, uint64_t rows, uint64_t cols, uint64_t rowStride,
-                              uint64_t colStride, uint32_t elemBytes, bool write, int traffic)
-{
 #ifdef __CPU_SIM
-    sim::CheckAccess(slot, off, rows, cols, rowStride, colStride, elemBytes, write);
-    sim::Counters &c = *sim::tctx.ctr;
-    const uint64_t bytes = rows * cols * elemBytes;
-    (write ? c.gmWriteBytes : c.gmReadBytes) += bytes;
-    if (traffic == kTrafficKv) c.kvReadBytes += bytes;
-    if (traffic == kTrafficScratch) c.scratchBytes += bytes;
-    if (traffic == kTrafficPartial) c.partialBytes += bytes;
+#define PA_RECORD(...) ::pa::rec::Issue(__VA_ARGS__)
 #else
-    (void)slot; (void)off; (void)rows; (void)cols; (void)rowStride; (void)colStride; (void)elemBytes;
-    (void)write; (void)traffic;
+#define PA_RECORD(...) ((void)0)
 #endif
-}
+
+/* The pipe that moves a tile between GM and its on-chip home. */
+template <typename TileT>
+constexpr Pipe LoadPipe() { return kPipeMte2; }
+template <typename TileT>
+constexpr Pipe StorePipe() { return TileT::Loc == TileType::Acc ? kPipeFix : kPipeMte3; }
 
 /* TLOAD of rows x cols elements at element offset `off`, row pitch `pitch` (row-major source). */
 template <typename TileT, typename E>
 AICORE inline void LoadNd(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch,
                           int traffic)
 {
-    NoteAccess(g.slot, off, rows, cols, pitch, 1, sizeof(E), false, traffic);
+#ifdef __CPU_SIM
+    rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), false, traffic);
+    PA_RECORD(kPipeMte2, "TLOAD", {rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), false), rec::Of(tile, true)});
+    rec::PaddingGuard<TileT> keep(tile);
+#endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
     TLOAD(tile, view);
 }
@@ -73,7 +76,11 @@ template <typename TileT, typename E>
 AICORE inline void LoadDn(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch,
                           int traffic)
 {
-    NoteAccess(g.slot, off, rows, cols, 1, pitch, sizeof(E), false, traffic);
+#ifdef __CPU_SIM
+    rec::GmTraffic(g.slot, off, rows, cols, 1, pitch, sizeof(E), false, traffic);
+    PA_RECORD(kPipeMte2, "TLOAD", {rec::Gm(g.slot, off, cols, rows, pitch, sizeof(E), false), rec::Of(tile, true)});
+    rec::PaddingGuard<TileT> keep(tile);
+#endif
     GmDn<E> view(g.ptr + off, typename GmDn<E>::Shape(rows, cols), typename GmDn<E>::Stride(1, pitch));
     TLOAD(tile, view);
 }
@@ -83,19 +90,216 @@ template <typename TileT, typename E>
 AICORE inline void StoreNd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch, TileT &tile,
                            int traffic)
 {
-    NoteAccess(g.slot, off, rows, cols, pitch, 1, sizeof(E), true, traffic);
+#ifdef __CPU_SIM
+    rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), true, traffic);
+    PA_RECORD(StorePipe<TileT>(), "TSTORE",
+              {rec::Of(tile, false), rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), true)});
+#endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
     TSTORE(view, tile);
 }
 
-/* One scalar read (tiling words, block-table entries). */
+/* One scalar read of GM (tiling words, block-table entries): the scalar pipe. */
 template <typename E>
 AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 {
-    NoteAccess(g.slot, index, 1, 1, 1, 1, sizeof(E), false, kTrafficOther);
+#ifdef __CPU_SIM
+    rec::GmTraffic(g.slot, index, 1, 1, 1, 1, sizeof(E), false, kTrafficOther);
+    PA_RECORD(kPipeS, "scalar GM read", {rec::Gm(g.slot, index, 1, 1, 1, sizeof(E), false)});
+#endif
     return g.ptr[index];
 }
 
+/* ---- cube instructions ----------------------------------------------------------------------------------- */
+/* L1 -> L0A/L0B (MTE1).  The device moves whole 16-row/column fractals. */
+template <typename DstT, typename SrcT>
+AICORE inline void Mov(DstT &dst, SrcT &src)
+{
+    PA_RECORD(kPipeMte1, "TMOV", {rec::Of(src, false), rec::Of(dst, true)});
+    TMOV(dst, src);
+#ifdef __CPU_SIM
+    rec::CopyFractalPadding(dst, src, 0, 0);
+#endif
+}
+
+template <typename DstT, typename SrcT>
+AICORE inline void Extract(DstT &dst, SrcT &src, uint32_t row, uint32_t col)
+{
+    PA_RECORD(kPipeMte1, "TEXTRACT", {rec::Of(src, false), rec::Of(dst, true)});
+    TEXTRACT(dst, src, row, col);
+#ifdef __CPU_SIM
+    rec::CopyFractalPadding(dst, src, row, col);
+#endif
+}
+
+/* Zero a whole L1 tile, padding included (the fill the cube uses where a matmul reads padding).  On A2/A3
+ * the L1 fill runs on MTE2 (pto-isa's op-to-pipe map: TEXPANDS_MAT), in order with the loads after it. */
+template <typename TileT>
+AICORE inline void ZeroL1(TileT &tile)
+{
+    PA_RECORD(kPipeMte2, "TEXPANDS(L1, 0)", {rec::Of(tile, true)});
+    TEXPANDS(tile, typename TileT::DType(0.0f));
+}
+
+/* acc = a.b (M); the device multiplies over the inner length rounded up to 16, padding included. */
+template <typename AccT, typename LeftT, typename RightT>
+AICORE inline void Matmul(AccT &acc, LeftT &a, RightT &b)
+{
+    PA_RECORD(kPipeM, "TMATMUL", {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, true)});
+    TMATMUL(acc, a, b);
+#ifdef __CPU_SIM
+    rec::AddPaddedInner(acc, a, b);
+#endif
+}
+
+template <typename AccT, typename LeftT, typename RightT>
+AICORE inline void MatmulAcc(AccT &acc, LeftT &a, RightT &b)
+{
+    PA_RECORD(kPipeM, "TMATMUL_ACC", {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, false), rec::Of(acc, true)});
+    TMATMUL_ACC(acc, acc, a, b);
+#ifdef __CPU_SIM
+    rec::AddPaddedInner(acc, a, b);
+#endif
+}
+
+/* ---- vector instructions (V pipe) -------------------------------------------------------------------------
+ * Row-expand binary ops with a column (DN) per-row operand use A2/A3's fixed 8 KiB UB temporary at
+ * TMP_UB_OFFSET (pto-isa a2a3 TRowExpandBinOp): recorded as a write of that range. */
+#define PA_VEC_UNARY(Name, OP)                                                             \
+    template <typename D, typename S>                                                      \
+    AICORE inline void Name(D &d, S &s)                                                    \
+    {                                                                                      \
+        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(d, true)});                    \
+        OP(d, s);                                                                          \
+    }
+#define PA_VEC_SCALAR(Name, OP)                                                            \
+    template <typename D, typename S>                                                      \
+    AICORE inline void Name(D &d, S &s, float x)                                           \
+    {                                                                                      \
+        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(d, true)});                    \
+        OP(d, s, x);                                                                       \
+    }
+#define PA_VEC_BINARY(Name, OP)                                                            \
+    template <typename D, typename S0, typename S1>                                        \
+    AICORE inline void Name(D &d, S0 &a, S1 &b)                                            \
+    {                                                                                      \
+        PA_RECORD(kPipeV, #OP, {rec::Of(a, false), rec::Of(b, false), rec::Of(d, true)}); \
+        OP(d, a, b);                                                                       \
+    }
+#define PA_VEC_REDUCE(Name, OP)                                                                                \
+    template <typename D, typename S, typename T>                                                              \
+    AICORE inline void Name(D &d, S &s, T &tmp)                                                                \
+    {                                                                                                          \
+        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(tmp, false), rec::Of(tmp, true), rec::Of(d, true)}); \
+        OP(d, s, tmp);                                                                                         \
+    }
+#define PA_VEC_ROW_EXPAND(Name, OP)                                                                    \
+    template <typename D, typename S0, typename S1>                                                    \
+    AICORE inline void Name(D &d, S0 &a, S1 &b)                                                        \
+    {                                                                                                  \
+        PA_RECORD(kPipeV, #OP,                                                                         \
+                  {rec::Of(a, false), rec::Of(b, false), rec::FixedTemp(!S1::isRowMajor, false),       \
+                   rec::FixedTemp(!S1::isRowMajor, true), rec::Of(d, true)});                          \
+        OP(d, a, b);                                                                                   \
+    }
+PA_VEC_UNARY(Exp, TEXP)
+PA_VEC_UNARY(Log, TLOG)
+PA_VEC_UNARY(ColSum, TCOLSUM)
+PA_VEC_SCALAR(MulS, TMULS)
+PA_VEC_SCALAR(AddS, TADDS)
+PA_VEC_BINARY(Add, TADD)
+PA_VEC_BINARY(Sub, TSUB)
+PA_VEC_BINARY(Mul, TMUL)
+PA_VEC_BINARY(Max, TMAX)
+PA_VEC_REDUCE(RowMax, TROWMAX)
+PA_VEC_REDUCE(RowSum, TROWSUM)
+PA_VEC_ROW_EXPAND(RowExpandSub, TROWEXPANDSUB)
+PA_VEC_ROW_EXPAND(RowExpandMul, TROWEXPANDMUL)
+PA_VEC_ROW_EXPAND(RowExpandDiv, TROWEXPANDDIV)
+#undef PA_VEC_UNARY
+#undef PA_VEC_SCALAR
+#undef PA_VEC_BINARY
+#undef PA_VEC_REDUCE
+#undef PA_VEC_ROW_EXPAND
+
+template <typename D, typename S>
+AICORE inline void Cvt(D &d, S &s, RoundMode mode)
+{
+    PA_RECORD(kPipeV, "TCVT", {rec::Of(s, false), rec::Of(d, true)});
+    TCVT(d, s, mode);
+}
+
+template <typename D>
+AICORE inline void Fill(D &d, typename D::DType x)
+{
+    PA_RECORD(kPipeV, "TEXPANDS", {rec::Of(d, true)});
+    TEXPANDS(d, x);
+}
+
+/* A scalar read of UB (the scalar pipe): needs a V -> S flag after the vector wrote it. */
+template <typename TileT>
+AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
+{
+    PA_RECORD(kPipeS, "GetValue", {rec::Element(tile, index, false)});
+    return tile.GetValue(index);
+}
+
+/* ---- intra-core flags and barriers --------------------------------------------------------------------- */
+#ifndef __CPU_SIM
+template <Pipe P>
+constexpr pipe_t HwPipe()
+{
+    if constexpr (P == kPipeS) return PIPE_S;
+    else if constexpr (P == kPipeMte2) return PIPE_MTE2;
+    else if constexpr (P == kPipeMte1) return PIPE_MTE1;
+    else if constexpr (P == kPipeM) return PIPE_M;
+    else if constexpr (P == kPipeFix) return PIPE_FIX;
+    else if constexpr (P == kPipeV) return PIPE_V;
+    else if constexpr (P == kPipeMte3) return PIPE_MTE3;
+    else return PIPE_ALL;
+}
+#endif
+
+template <Pipe Src, Pipe Dst>
+AICORE inline void SetFlag(Flag<Src, Dst> f)
+{
+#ifdef __CPU_SIM
+    rec::SetFlag(Src, Dst, f.event, f.edge);
+#else
+    set_flag(HwPipe<Src>(), HwPipe<Dst>(), static_cast<event_t>(f.event));
+#endif
+}
+
+template <Pipe Src, Pipe Dst>
+AICORE inline void WaitFlag(Flag<Src, Dst> f)
+{
+#ifdef __CPU_SIM
+    rec::WaitFlag(Src, Dst, f.event, f.edge);
+#else
+    wait_flag(HwPipe<Src>(), HwPipe<Dst>(), static_cast<event_t>(f.event));
+#endif
+}
+
+/* set + wait: the destination pipe's next instruction waits for the source pipe's earlier ones. */
+template <Pipe Src, Pipe Dst>
+AICORE inline void Handoff(Flag<Src, Dst> f)
+{
+    SetFlag(f);
+    WaitFlag(f);
+}
+
+/* pipe_barrier(PIPE_V): the vector pipe does not interlock dependent instructions. */
+AICORE inline void VecBarrier(int edge)
+{
+#ifdef __CPU_SIM
+    rec::Barrier(kPipeV, edge);
+#else
+    (void)edge;
+    pipe_barrier(PIPE_V);
+#endif
+}
+
+/* ---- simulation bookkeeping (nothing on the NPU) ------------------------------------------------------- */
 /* A block id the kernel is about to use; the NPU kernel trusts the table (the host validated it). */
 AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 {
@@ -106,118 +310,106 @@ AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 #endif
 }
 
-/* Which logical work item the calling core is on: only the simulation's error records use it. */
+/* Which logical work item (and hand-off unit) the calling core is on: only the simulation's reports use it. */
 AICORE inline void SetWorkItem(int32_t seq, int32_t head, int32_t split)
 {
 #ifdef __CPU_SIM
     sim::tctx.seq = seq;
     sim::tctx.head = head;
     sim::tctx.split = split;
+    sim::tctx.unit = -1;
 #else
     (void)seq; (void)head; (void)split;
 #endif
 }
 
-enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul };
+AICORE inline void SetUnit(uint32_t unit)
+{
+#ifdef __CPU_SIM
+    sim::tctx.unit = int32_t(unit);
+#else
+    (void)unit;
+#endif
+}
 
 /* Event counters of the simulation figures; nothing on the NPU. */
 AICORE inline void Count(Counter what)
 {
 #ifdef __CPU_SIM
-    sim::Counters &c = *sim::tctx.ctr;
-    switch (what) {
-        case kCountHandoff: ++c.handoffs; break;
-        case kCountUnit: ++c.units; break;
-        case kCountTask: ++c.tasks; break;
-        case kCountMatmul: ++c.matmuls; break;
-    }
+    rec::Count(what);
 #else
     (void)what;
 #endif
-}
-
-template <typename TileT>
-constexpr int RegionOf()
-{
-    if constexpr (TileT::Loc == TileType::Mat) return PA_SIM_REGION_L1;
-    else if constexpr (TileT::Loc == TileType::Left) return PA_SIM_REGION_L0A;
-    else if constexpr (TileT::Loc == TileType::Right) return PA_SIM_REGION_L0B;
-    else if constexpr (TileT::Loc == TileType::Acc) return PA_SIM_REGION_L0C;
-    else return PA_SIM_REGION_UB;
 }
 
 /* TASSIGN that also records the high-water mark of the tile's on-chip region (simulation figures). */
 template <typename TileT>
 AICORE inline void Assign(TileT &tile, uint32_t byteOffset)
 {
-#ifdef __CPU_SIM
-    sim::RecordAssign(RegionOf<TileT>(), byteOffset + uint64_t(TileT::Numel) * sizeof(typename TileT::DType));
-#endif
     TASSIGN(tile, byteOffset);
+#ifdef __CPU_SIM
+    rec::Assigned(tile, byteOffset);
+#endif
 }
 
-/* ---- cross-core flags ---------------------------------------------------------------------------------- */
+/* ---- cross-core flags ---------------------------------------------------------------------------------
+ * An FFTS set is issued on the pipe that produced the data and waits for that pipe's earlier writes;
+ * the wait (wait_flag_dev) blocks everything after it.  No PIPE_ALL drain is needed around them. */
 #ifndef __CPU_SIM
 /* FFTS message: bit 0 valid, bits 4-7 mode (2 = within the cluster, 0 = all vector cores), bits 8+ flag id. */
 constexpr uint16_t kFftsModeCluster = 2;
 constexpr uint16_t kFftsModeAllVector = 0;
 AICORE inline uint16_t FftsMsg(uint16_t mode, uint16_t flag) { return uint16_t(1 | (mode << 4) | (flag << 8)); }
-/* GM writes must be visible before the flag is (simpler PR #1091: stale S/P/O_tmp reads without it). */
-AICORE inline void GmFence()
-{
-    pipe_barrier(PIPE_ALL);
-    dsb(DSB_DDR);
-}
 #endif
 
-AICORE inline void SignalVectors(uint16_t flag)
+/* Cube (from FIX, after the stores of S or O_tmp) -> both vector sub-cores of the cluster. */
+AICORE inline void SignalVectors(CrossFlag f)
 {
     Count(kCountHandoff);
 #ifdef __CPU_SIM
-    sim::SignalVectors(flag);
+    rec::Signal(f.id, f.edge, kPipeFix, rec::kToVectors);
 #else
-    GmFence();
-    ffts_cross_core_sync(PIPE_FIX, FftsMsg(kFftsModeCluster, flag));
+    ffts_cross_core_sync(PIPE_FIX, FftsMsg(kFftsModeCluster, f.id));
 #endif
 }
 
-AICORE inline void SignalCube(uint16_t flag)
+/* A vector sub-core (from MTE3, after the store of P) -> its cube; the cube counts both sub-cores. */
+AICORE inline void SignalCube(CrossFlag f)
 {
     Count(kCountHandoff);
 #ifdef __CPU_SIM
-    sim::SignalCube(flag);
+    rec::Signal(f.id, f.edge, kPipeMte3, rec::kToCube);
 #else
-    GmFence();
-    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeCluster, flag));
+    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeCluster, f.id));
 #endif
 }
 
-AICORE inline void WaitFromCube(uint16_t flag)
+AICORE inline void WaitFromCube(CrossFlag f)
 {
 #ifdef __CPU_SIM
-    sim::WaitFromCube(flag);
+    rec::Wait(f.id, f.edge, rec::kToVectors);
 #else
-    wait_flag_dev(flag);
+    wait_flag_dev(f.id);
 #endif
 }
 
-AICORE inline void WaitFromVectors(uint16_t flag)
+AICORE inline void WaitFromVectors(CrossFlag f)
 {
 #ifdef __CPU_SIM
-    sim::WaitFromVectors(flag);
+    rec::Wait(f.id, f.edge, rec::kToCube);
 #else
-    wait_flag_dev(flag);
+    wait_flag_dev(f.id);
 #endif
 }
 
+/* All vector sub-cores of the launch (from MTE3, after the partial stores), then wait for all of them. */
 AICORE inline void VectorBarrier()
 {
 #ifdef __CPU_SIM
-    sim::VectorBarrier();
+    rec::AllVectorBarrier(kReduceBarrier.edge, kPipeMte3);
 #else
-    GmFence();
-    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeAllVector, kFlagReduceBarrier));
-    wait_flag_dev(kFlagReduceBarrier);
+    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeAllVector, kReduceBarrier.id));
+    wait_flag_dev(kReduceBarrier.id);
 #endif
 }
 

@@ -43,6 +43,12 @@ int32_t pa_sim_stats_get(pa_sim_stats *out); /* PA_OK, or PA_ERR_BAD_LAUNCH when
  * A wait that times out fails the launch with PA_ERR_INTERNAL.  Env PA_SIM_DROP_SIGNAL=n loses the n-th flag
  * signal of each launch (fault injection for the deadlock negative control). */
 int32_t pa_sim_set_timeout_ms(int32_t ms);
+/* Synchronisation edges of the kernel (kernel/npu/pa_sync.hpp: a set_flag with its wait_flag, a barrier, or a
+ * cross-core signal with its wait).  pa_sim_drop_sync(id) removes both ends of edge `id` from every later
+ * launch of the process (-1 restores all): in checked mode the hazard checker must then fail the launch with
+ * PA_ERR_HAZARD.  Checked mode (pa_mock_config.checked) turns the hazard checker on. */
+int32_t pa_sim_sync_point_count(void);
+void pa_sim_drop_sync(int32_t id);
 #ifdef __cplusplus
 }
 #endif

@@ -22,8 +22,9 @@ struct VectorCore {
     using PT = Tile<TileType::Vec, T, kVecRows, kHandoffTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OF = Tile<TileType::Vec, float, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OT = Tile<TileType::Vec, T, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    /* A per-row vector (one float per head row) as a column: row reductions write it, row-expand ops read it. */
     using Col = Tile<TileType::Vec, float, kVecRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
-    /* The same per-row vector seen as one row: tile-scalar instructions take row-major operands only. */
+    /* The same vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
     using Row = Tile<TileType::Vec, float, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
 
     /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O | O cast | per-row vectors. */
@@ -51,6 +52,7 @@ struct VectorCore {
         return c;
     }
 
+    /* The same per-row vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
     AICORE inline Row RowAt(ColSlot slot, uint32_t rows)
     {
         Row c(rows);
@@ -60,7 +62,7 @@ struct VectorCore {
 
     AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
     {
-        WaitFromCube(kFlagQkReady[stage]);
+        WaitFromCube(QkReady(stage));
         if (r != 0) {
             const uint32_t len = UnitTokens(tk, u);
             SF sT(r, len), pF(r, len);
@@ -68,54 +70,75 @@ struct VectorCore {
             Assign(sT, kUbS);
             Assign(pF, kUbPf);
             Assign(pT, kUbPt);
-            Col gm = ColAt(kColM, r), lm = ColAt(kColLm, r), hm = ColAt(kColHm, r);
-            Col dm = ColAt(ColSlot(kColDm0 + stage), r), ll = ColAt(ColSlot(kColLl0 + stage), r);
+            Col gm = ColAt(kColM, r), lm = ColAt(kColLm, r);
+            Row gmRow = RowAt(kColM, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
+            Row dmRow = RowAt(ColSlot(kColDm0 + stage), r);
+            Col ll = ColAt(ColSlot(kColLl0 + stage), r);
+            WaitFlag(kSUbFree);
             LoadNd(sT, s, ScratchS(core, stage) + uint64_t(row0) * kScorePitch, r, len, kScorePitch,
                    kTrafficScratch);
-            TMULS(sT, sT, t.scale);
-            TROWMAX(lm, sT, pF);
-            Row gmRow = RowAt(kColM, r);
+            Handoff(kSLoaded);
+            MulS(sT, sT, t.scale);
+            VecBarrier(kEdgeBarScaled);
+            RowMax(lm, sT, pF);
+            VecBarrier(kEdgeBarRowMax);
             if (u == 0) {
-                Row lmRow = RowAt(kColLm, r);
-                TADDS(gmRow, lmRow, 0.0f);
+                AddS(gmRow, lmRow, 0.0f);
             } else {
-                Row hmRow = RowAt(kColHm, r);
-                TMAX(hm, gm, lm);
-                TSUB(dm, gm, hm);
-                TEXP(dm, dm);
-                TADDS(gmRow, hmRow, 0.0f);
+                Max(hmRow, gmRow, lmRow);
+                VecBarrier(kEdgeBarNewMax);
+                Sub(dmRow, gmRow, hmRow);
+                VecBarrier(kEdgeBarExpDiff);
+                Exp(dmRow, dmRow);
+                AddS(gmRow, hmRow, 0.0f);
             }
-            TROWEXPANDSUB(pF, sT, gm);
-            TEXP(pF, pF);
-            TCVT(pT, pF, RoundMode::CAST_RINT);
+            VecBarrier(kEdgeBarCentered);
+            RowExpandSub(pF, sT, gm);
+            VecBarrier(kEdgeBarExp);
+            Exp(pF, pF);
+            VecBarrier(kEdgeBarCast);
+            WaitFlag(kPUbFree);
+            Cvt(pT, pF, RoundMode::CAST_RINT);
+            Handoff(kPCast);
             StoreNd(p, ScratchP(core, stage) + uint64_t(row0) * kScorePitch, r, len, kScorePitch, pT,
                     kTrafficScratch);
-            TCVT(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
-            TROWSUM(ll, pF, sT);
+            SetFlag(kPUbFree);
+            VecBarrier(kEdgeBarWiden);
+            Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+            VecBarrier(kEdgeBarRowSum);
+            RowSum(ll, pF, sT);
+            SetFlag(kSUbFree);
         }
-        SignalCube(kFlagSoftmaxReady[stage]);
+        SignalCube(SoftmaxReady(stage));
     }
 
     AICORE inline void Update(uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
     {
-        WaitFromCube(kFlagUpdateReady[stage]);
+        WaitFromCube(UpdateReady(stage));
         if (r == 0) return;
         const uint32_t d = t.headDim;
         OF oT(r, d), oA(r, d);
         Assign(oT, kUbOtmp);
         Assign(oA, kUbOacc);
-        Col gl = ColAt(kColL, r), dm = ColAt(ColSlot(kColDm0 + stage), r), ll = ColAt(ColSlot(kColLl0 + stage), r);
+        Row glRow = RowAt(kColL, r), dmRow = RowAt(ColSlot(kColDm0 + stage), r);
+        Row llRow = RowAt(ColSlot(kColLl0 + stage), r);
+        Col dm = ColAt(ColSlot(kColDm0 + stage), r);
+        WaitFlag(kOtmpUbFree);
         LoadNd(oT, otmp, ScratchO(core, stage) + uint64_t(row0) * d, r, d, d, kTrafficScratch);
+        Handoff(kOtmpLoaded);
+        VecBarrier(kEdgeBarUpdate);
         if (u == 0) {
-            Row glRow = RowAt(kColL, r), llRow = RowAt(ColSlot(kColLl0 + stage), r);
-            TADDS(oA, oT, 0.0f);
-            TADDS(glRow, llRow, 0.0f);
+            WaitFlag(kOutUbFree); /* the previous task's output left UB */
+            AddS(oA, oT, 0.0f);
+            AddS(glRow, llRow, 0.0f);
         } else {
-            TROWEXPANDMUL(oA, oA, dm);
-            TADD(oA, oA, oT);
-            TMUL(gl, gl, dm);
-            TADD(gl, gl, ll);
+            RowExpandMul(oA, oA, dm);
+            Mul(glRow, glRow, dmRow);
+            VecBarrier(kEdgeBarRescale);
+            Add(oA, oA, oT);
+            Add(glRow, glRow, llRow);
         }
+        SetFlag(kOtmpUbFree);
     }
 
     AICORE inline void Finish(const Task &tk, uint32_t row0, uint32_t r)
@@ -125,21 +148,30 @@ struct VectorCore {
         const uint32_t head = tk.headStart + row0;
         OF oA(r, d);
         Assign(oA, kUbOacc);
-        Col gl = ColAt(kColL, r), gm = ColAt(kColM, r), lse = ColAt(kColLse, r);
-        TROWEXPANDDIV(oA, oA, gl);
+        Col gl = ColAt(kColL, r);
+        Row glRow = RowAt(kColL, r), gmRow = RowAt(kColM, r), lseRow = RowAt(kColLse, r);
+        VecBarrier(kEdgeBarFinal);
+        RowExpandDiv(oA, oA, gl);
+        VecBarrier(kEdgeBarNormed);
         if (!t.SplitKv()) {
             OT oO(r, d);
             Assign(oO, kUbOout);
-            TCVT(oO, oA, RoundMode::CAST_RINT);
+            Cvt(oO, oA, RoundMode::CAST_RINT);
+            Handoff(kOutReady);
             StoreNd(o, tk.addrO + uint64_t(head) * d, r, d, d, oO, kTrafficOther);
+            SetFlag(kOutUbFree);
             return;
         }
+        Log(lseRow, glRow);
+        VecBarrier(kEdgeBarLog);
+        Add(lseRow, lseRow, gmRow);
+        Handoff(kOutReady);
         const uint64_t kvcn = t.kvCoreNum;
         StoreNd(ocore, tk.addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(tk.split) * d, r, d, kvcn * d, oA,
                 kTrafficPartial);
-        TLOG(lse, gl);
-        TADD(lse, lse, gm);
+        Col lse = ColAt(kColLse, r);
         StoreNd(l, tk.addrL + uint64_t(head) * kvcn + tk.split, r, 1, kvcn, lse, kTrafficPartial);
+        SetFlag(kOutUbFree);
     }
 
     /* Our ABI extension: an empty sequence's rows are zero. */
@@ -148,12 +180,19 @@ struct VectorCore {
         const uint32_t d = t.headDim;
         OT oO(r, d);
         Assign(oO, kUbOout);
-        TEXPANDS(oO, T(0.0f));
+        WaitFlag(kOutUbFree);
+        Fill(oO, T(0.0f));
+        Handoff(kOutReady);
         StoreNd(o, tk.addrO + uint64_t(tk.headStart + row0) * d, r, d, d, oO, kTrafficOther);
+        SetFlag(kOutUbFree);
     }
 
     AICORE inline void Run(uint32_t blockNum)
     {
+        SetFlag(kSUbFree);
+        SetFlag(kPUbFree);
+        SetFlag(kOtmpUbFree);
+        SetFlag(kOutUbFree);
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             const uint32_t half = tk.headCount / kVecSubCores;
             const uint32_t row0 = sub == 0 ? 0 : half;
@@ -165,13 +204,22 @@ struct VectorCore {
             const uint32_t units = UnitsOf(tk);
             const uint32_t base = unitCounter;
             for (uint32_t u = 0; u < units; ++u) {
+                SetUnit(u);
                 Softmax(tk, u, (base + u) % kStages, row0, r);
-                if (u >= 1) Update(u - 1, (base + u - 1) % kStages, row0, r);
+                if (u >= 1) {
+                    SetUnit(u - 1);
+                    Update(u - 1, (base + u - 1) % kStages, row0, r);
+                }
             }
+            SetUnit(units - 1);
             Update(units - 1, (base + units - 1) % kStages, row0, r);
             Finish(tk, row0, r);
             unitCounter = base + units;
         });
+        WaitFlag(kSUbFree);
+        WaitFlag(kPUbFree);
+        WaitFlag(kOtmpUbFree);
+        WaitFlag(kOutUbFree);
         if (t.SplitKv()) {
             VectorBarrier();
             CombineCore<T, DCap> combine{t, core, sub, o, ocore, l};

@@ -9,10 +9,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include <pto/pto-inst.hpp>
+
+#include "../pa_sync.hpp"
 
 #include "../../contract/pa_contract.h"
 #include "pa_sim_runtime.hpp"
@@ -66,6 +69,21 @@ int32_t TimeoutMs()
     return v > 0 ? v : kDefaultTimeoutMs;
 }
 
+/* Checked mode: a core's on-chip memory starts as NaN (all-ones bytes are NaN in fp16, bf16 and fp32), as
+ * stale as the device leaves it, so a read of memory the kernel never wrote shows in the output. */
+void PoisonOnChip(int32_t role)
+{
+    auto &m = pto::NPUMemoryModel::Instance();
+    if (role == kRoleCube) {
+        std::memset(m.GetL1Base(), 0xff, pa::kL1Bytes);
+        std::memset(m.GetL0ABase(), 0xff, pa::kL0aBytes);
+        std::memset(m.GetL0BBase(), 0xff, pa::kL0bBytes);
+        std::memset(m.GetL0CBase(), 0xff, pa::kL0cBytes);
+    } else {
+        std::memset(m.GetUBBase(), 0xff, pa::kUbBytes);
+    }
+}
+
 void Worker(Launch *L, uint32_t core, int32_t role, void *const *ptr)
 {
     pto::cpu_sim::ScopedExecutionContext ctx(core, role == kRoleCube ? 0 : uint32_t(role - kRoleVec0),
@@ -75,14 +93,22 @@ void Worker(Launch *L, uint32_t core, int32_t role, void *const *ptr)
     tctx.core = int32_t(core);
     tctx.role = role;
     tctx.ctr = &L->counters[core * kRolesPerCluster + role];
+    std::unique_ptr<hz::Role> checker;
+    if (L->hazards) {
+        checker = std::make_unique<hz::Role>(*L, core, role);
+        tctx.hz = checker.get();
+        PoisonOnChip(role);
+    }
     auto *b = reinterpret_cast<uint8_t *const *>(ptr);
     try {
         pa_decode_kernel(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                          b[14], b[15], b[16], b[17], b[18], b[19], b[20], b[21], b[22], L->blockDim,
                          /*ffts_base=*/0);
+        if (checker) checker->Finish();
     } catch (const Abort &) {
         /* the launch failed; the first error is in L->error */
     }
+    tctx.hz = nullptr;
 }
 
 void CollectStats(const Launch &L, double seconds)
@@ -132,6 +158,8 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     if (rc != PA_OK) return rc;
     L.counters.resize(size_t(blockDim) * kRolesPerCluster);
     for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());
+    L.hazards = L.checked;
+    if (L.hazards) hz::InitLaunch(L);
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     threads.reserve(size_t(blockDim) * kRolesPerCluster);
@@ -194,6 +222,10 @@ int32_t pa_sim_stats_get(pa_sim_stats *out)
     if (out != nullptr) *out = host.stats;
     return PA_OK;
 }
+
+int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
+
+void pa_sim_drop_sync(int32_t id) { DropEdge(id); }
 
 int32_t pa_sim_set_timeout_ms(int32_t ms)
 {

@@ -89,24 +89,62 @@ bool SignalLost()
     return L.dropSignal >= 0 && L.signalCount.fetch_add(1) == L.dropSignal;
 }
 
-void SignalVectors(uint16_t flag)
+namespace {
+
+std::atomic<int32_t> g_droppedEdge{-1};
+
+hz::Clock SnapshotOf(int pipe) { return tctx.hz ? tctx.hz->Snapshot(pipe) : hz::Clock{}; }
+
+void JoinSnapshot(const hz::Clock &c)
+{
+    if (tctx.hz) tctx.hz->JoinAll(c);
+}
+
+/* One use per cross-core flag id: the device's counters cannot tell two uses apart. */
+void ClaimFlag(uint16_t flag, FlagUse use)
+{
+    Launch &L = *tctx.launch;
+    int expected = kUseNone;
+    if (L.flagUse[flag].compare_exchange_strong(expected, use) || expected == use) return;
+    Fail(PA_ERR_HAZARD, -1, flag, -1, "cross-core flag %d used two ways (%d and %d) on core %d (%s)", flag,
+         expected, int(use), tctx.core, RoleName(tctx.role));
+}
+
+void PushPending(std::deque<hz::Clock> &q, uint16_t flag, hz::Clock c)
+{
+    if (q.size() >= kMaxPendingSets) {
+        Fail(PA_ERR_HAZARD, -1, flag, int64_t(kMaxPendingSets),
+             "cross-core flag %d set a %zu-th time with no wait on core %d (%s): the device counter holds 15",
+             flag, q.size() + 1, tctx.core, RoleName(tctx.role));
+    }
+    q.push_back(std::move(c));
+}
+
+}  // namespace
+
+bool EdgeDropped(int32_t id) { return g_droppedEdge.load(std::memory_order_relaxed) == id; }
+void DropEdge(int32_t id) { g_droppedEdge.store(id); }
+
+void SignalVectors(uint16_t flag, int pipe)
 {
     if (SignalLost()) return;
+    ClaimFlag(flag, kUseCubeToVec);
     Cluster &c = *tctx.launch->clusters[tctx.core];
     {
-        std::lock_guard<std::mutex> lock(c.mu);
-        for (int s = 0; s < kVecSubCores; ++s) ++c.toVec[flag][s];
+        std::unique_lock<std::mutex> lock(c.mu);
+        for (int s = 0; s < kVecSubCores; ++s) PushPending(c.toVec[flag][s], flag, SnapshotOf(pipe));
     }
     c.cv.notify_all();
 }
 
-void SignalCube(uint16_t flag)
+void SignalCube(uint16_t flag, int pipe)
 {
     if (SignalLost()) return;
+    ClaimFlag(flag, kUseVecToCube);
     Cluster &c = *tctx.launch->clusters[tctx.core];
     {
         std::lock_guard<std::mutex> lock(c.mu);
-        ++c.toCube[flag];
+        PushPending(c.toCube[flag][tctx.role - kRoleVec0], flag, SnapshotOf(pipe));
     }
     c.cv.notify_all();
 }
@@ -116,33 +154,51 @@ void WaitFromCube(uint16_t flag)
     Cluster &c = *tctx.launch->clusters[tctx.core];
     const int s = tctx.role - kRoleVec0;
     std::unique_lock<std::mutex> lock(c.mu);
-    WaitUntil(c.cv, lock, [&] { return c.toVec[flag][s] > 0; }, "vector wait for cube flag", flag);
-    --c.toVec[flag][s];
+    WaitUntil(c.cv, lock, [&] { return !c.toVec[flag][s].empty(); }, "vector wait for cube flag", flag);
+    const hz::Clock got = std::move(c.toVec[flag][s].front());
+    c.toVec[flag][s].pop_front();
+    lock.unlock();
+    JoinSnapshot(got);
 }
 
 void WaitFromVectors(uint16_t flag)
 {
-    /* Mode-2 FFTS: the cube's wait completes once both vector sub-cores have set the flag. */
+    /* Mode-2 FFTS: the cube's wait completes once each vector sub-core has set the flag. */
     Cluster &c = *tctx.launch->clusters[tctx.core];
     std::unique_lock<std::mutex> lock(c.mu);
-    WaitUntil(c.cv, lock, [&] { return c.toCube[flag] >= uint32_t(kVecSubCores); }, "cube wait for vector flag",
-              flag);
-    c.toCube[flag] -= kVecSubCores;
+    WaitUntil(c.cv, lock, [&] { return !c.toCube[flag][0].empty() && !c.toCube[flag][1].empty(); },
+              "cube wait for vector flag", flag);
+    hz::Clock got[kVecSubCores];
+    for (int s = 0; s < kVecSubCores; ++s) {
+        got[s] = std::move(c.toCube[flag][s].front());
+        c.toCube[flag][s].pop_front();
+    }
+    lock.unlock();
+    for (const auto &g : got) JoinSnapshot(g);
 }
 
-void VectorBarrier()
+void VectorBarrier(int pipe)
 {
     Launch &L = *tctx.launch;
+    ClaimFlag(kFlagReduceBarrier, kUseAllVector);
+    const hz::Clock mine = SnapshotOf(pipe);
     std::unique_lock<std::mutex> lock(L.barMu);
     const uint32_t generation = L.barGeneration;
+    if (!mine.empty()) {
+        for (size_t i = 0; i < mine.size(); ++i) L.hazard.barJoin[i] = std::max(L.hazard.barJoin[i], mine[i]);
+    }
     if (++L.barArrived == L.blockDim * kVecSubCores) {
         L.barArrived = 0;
         ++L.barGeneration;
+        L.hazard.barReady = L.hazard.barJoin;
         L.barCv.notify_all();
-        return;
+    } else {
+        WaitUntil(L.barCv, lock, [&] { return L.barGeneration != generation; }, "all-vector barrier, flag",
+                  kFlagReduceBarrier);
     }
-    WaitUntil(L.barCv, lock, [&] { return L.barGeneration != generation; }, "all-vector barrier, flag",
-              kFlagReduceBarrier);
+    const hz::Clock all = L.hazard.barReady;
+    lock.unlock();
+    JoinSnapshot(all);
 }
 
 void CheckAccess(int32_t slot, uint64_t off, uint64_t rows, uint64_t cols, uint64_t rowStride, uint64_t colStride,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "../../mock/pa_mock_api.h"
 #include "../pa_config.hpp"
 #include "../pa_sim_api.h"
+#include "pa_sim_hazard.hpp"
 
 namespace pa::sim {
 
@@ -28,13 +30,20 @@ struct Abort {};
 enum Role : int32_t { kRoleCube = 0, kRoleVec0 = 1, kRoleVec1 = 2 };
 constexpr int kRolesPerCluster = 3;
 
-/* Flag registers of one cluster: counting, like FFTS flags. */
+/* Flag registers of one cluster: counters, like FFTS flags.  Each pending set carries the signalling pipe's
+ * vector clock for the hazard checker (empty when it is off).  toCube counts per vector sub-core: the cube's
+ * mode-2 wait completes once both sub-cores have set, not on two sets of one. */
 struct Cluster {
     std::mutex mu;
     std::condition_variable cv;
-    uint32_t toVec[kFlagCount][kVecSubCores] = {};
-    uint32_t toCube[kFlagCount] = {};
+    std::deque<hz::Clock> toVec[kFlagCount][kVecSubCores];
+    std::deque<hz::Clock> toCube[kFlagCount][kVecSubCores];
 };
+
+/* A cross-core flag counter holds at most this many pending sets (4 bits on the device). */
+constexpr size_t kMaxPendingSets = 15;
+/* How a cross-core flag id is used; one use per id. */
+enum FlagUse : int { kUseNone = 0, kUseCubeToVec = 1, kUseVecToCube = 2, kUseAllVector = 3 };
 
 /* Per-thread counters, summed into pa_sim_stats after the join. */
 struct Counters {
@@ -63,14 +72,19 @@ struct Launch {
     uint32_t barArrived = 0;
     uint32_t barGeneration = 0;
     std::vector<Counters> counters; /* [core * kRolesPerCluster + role] */
+    /* hazard checker: on in checked mode */
+    bool hazards = false;
+    hz::LaunchState hazard;
+    std::atomic<int> flagUse[kFlagCount] = {};
 };
 
 struct ThreadCtx {
     Launch *launch = nullptr;
     int32_t core = -1;
     int32_t role = kRoleCube;
-    int32_t seq = -1, head = -1, split = -1;
+    int32_t seq = -1, head = -1, split = -1, unit = -1;
     Counters *ctr = nullptr;
+    hz::Role *hz = nullptr; /* the hazard checker's view of this core role, or null when it is off */
 };
 
 extern thread_local ThreadCtx tctx;
@@ -80,11 +94,16 @@ extern thread_local ThreadCtx tctx;
 /* Unwinds a worker that noticed another worker's failure. */
 [[noreturn]] void Unwind();
 
-void SignalVectors(uint16_t flag);
+/* Cross-core signals are issued from pipe `pipe` (hz::Pipe) and cover only its earlier work. */
+void SignalVectors(uint16_t flag, int pipe);
 void WaitFromCube(uint16_t flag);
-void SignalCube(uint16_t flag);
+void SignalCube(uint16_t flag, int pipe);
 void WaitFromVectors(uint16_t flag);
-void VectorBarrier();
+void VectorBarrier(int pipe);
+
+/* Synchronisation edges removed from launches (pa_sim_drop_sync): both ends of edge `id` do nothing. */
+bool EdgeDropped(int32_t id);
+void DropEdge(int32_t id);
 
 /* GM access check of `span` elements (of `elemBytes`) starting at element `off` of slot `slot`:
  * rows x cols with strides (rowStride, colStride) in elements. */
