@@ -1,10 +1,11 @@
-"""The accuracy suite on the pto-isa simulation of our NPU kernel, in a child process.
+"""The accuracy suite on the pto-isa simulation of our NPU kernel, one case per test, each in a child process.
 
-pto-isa's CPU simulation aborts the process when a tile overflows an on-chip buffer; running the suite in a
-child turns such an abort into this test's failure instead of the end of the whole test run.  The default
-run therefore covers both the mock and the simulation with one command.
+pto-isa's CPU simulation aborts the process when a tile overflows an on-chip buffer; each case therefore
+runs in its own child (:mod:`accuracy.isolated`), so an abort fails that case, by name, and the others still
+report.  The suite's other sim tests (thread determinism, a decode loop with ``update``, the contract's
+negative controls through the launcher) run in one more child pytest run, with the cases deselected.
 
-Without ``build/lib/libpa_sim.so`` the test skips, unless ``PA_KIT_REQUIRE_SIM=1`` (set by ``.ci/run``),
+Without ``build/lib/libpa_sim.so`` the tests skip, unless ``PA_KIT_REQUIRE_SIM=1`` (set by ``.ci/run``),
 where a missing simulation is a failure: CI must not go green on a build that silently skipped it.
 """
 
@@ -17,29 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from accuracy.cases import CASES
+from accuracy.isolated import run_isolated
 from launcher.library import library_path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The simulated suite takes about a minute on 2 cores; a hang (a lost cube/vector signal the sim's own
-#: timeout missed) must still end.
-SIM_SUITE_TIMEOUT_S = 900
+#: One simulated case takes seconds on 2 cores; a hang the simulation's own deadlock timeout missed must end.
+CASE_TIMEOUT_S = 600
+REST_TIMEOUT_S = 900
 TAIL_LINES = 60
-
-
-def suite_failure(*extra: str) -> str | None:
-    """Run the accuracy suite on sim in a child; None if it passed with no skips, else why not."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_pa_accuracy.py",
-               "--backend", "sim", *extra]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SIM_SUITE_TIMEOUT_S,
-                            check=False)
-    lines = (result.stdout + result.stderr).splitlines()
-    tail = "\n".join(lines[-TAIL_LINES:])
-    if result.returncode != 0:
-        return f"{' '.join(command)} exited {result.returncode}:\n{tail}"
-    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    if " passed" not in summary or "skipped" in summary:
-        return f"{' '.join(command)}: expected only passes, got {summary!r}\n{tail}"
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +38,40 @@ def sim_built() -> None:
 
 
 @pytest.mark.usefixtures("sim_built")
-def test_accuracy_suite_passes_on_sim() -> None:
-    failure = suite_failure()
+@pytest.mark.parametrize("name", [pytest.param(c.name, marks=[pytest.mark.slow] if c.slow else []) for c in CASES])
+def test_case_on_sim(name: str) -> None:
+    outcome = run_isolated(name, "sim", CASE_TIMEOUT_S)
+    assert outcome["passed"], f"{name} ({outcome['plan']}): {outcome['summary']}"
+
+
+def rest_of_suite_failure(*extra: str) -> str | None:
+    """The suite's non-case tests on sim in a child pytest run; None if they passed with no skips."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_pa_accuracy.py",
+               "--backend", "sim", "-k", "not test_accuracy", *extra]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=REST_TIMEOUT_S, check=False)
+    tail = "\n".join((result.stdout + result.stderr).splitlines()[-TAIL_LINES:])
+    if result.returncode != 0:
+        return f"{' '.join(command)} exited {result.returncode}:\n{tail}"
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if " passed" not in summary or "skipped" in summary:
+        return f"{' '.join(command)}: expected only passes, got {summary!r}\n{tail}"
+    return None
+
+
+@pytest.mark.usefixtures("sim_built")
+def test_rest_of_the_suite_passes_on_sim() -> None:
+    failure = rest_of_suite_failure()
     assert failure is None, failure
 
 
 @pytest.mark.usefixtures("sim_built")
 def test_a_run_that_selects_nothing_is_not_a_pass() -> None:
     """Negative control: an empty selection (pytest exit 5) must not count as the suite passing."""
-    assert suite_failure("-k", "no_case_has_this_name") is not None
+    assert rest_of_suite_failure("-k", "no_case_has_this_name") is not None
+
+
+def test_a_child_that_dies_fails_its_case() -> None:
+    """Negative control for the isolation: a case name the child cannot run ends it non-zero, and the test
+    that ran it fails with the child's stderr instead of passing or taking the session down."""
+    with pytest.raises(AssertionError, match="child exited"):
+        run_isolated("no_such_case", "mock", CASE_TIMEOUT_S)
