@@ -1,9 +1,9 @@
 """What the benchmark runs on: backend, device kind, the bandwidth it is judged against, and versions.
 
 Peak bandwidth on an NPU comes from a small table of nominal figures (no official datasheet exists; the
-numbers are the public hardware-model's, ``shared research: anchors.md`` §1.6).  On the mock there is no
-nominal figure: the physical limit is this host's read bandwidth, measured at start by the mock library's
-multi-threaded C read loop (``pa_mock_read_bandwidth_gbs``).
+numbers are those commonly published for each device model: ``NPU_PEAKS`` below; ``--peak-gbs`` overrides).
+On the mock there is no nominal figure: the physical limit is this host's read bandwidth, measured at start
+by the mock library's multi-threaded C read loop (``pa_mock_read_bandwidth_gbs``).
 """
 
 from __future__ import annotations

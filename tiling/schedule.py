@@ -1,7 +1,7 @@
 """A Python model of how a kernel walks the tiling words: which core runs which task.
 
-It reads nothing but the tiling tensor, the way the device does (ABI header; research note §3.6), so the
-property tests can check a plan's coverage and memory footprint without running a kernel.
+It reads nothing but the tiling tensor, the way the device does (ABI header; docs/CONTRACT.md, "Task loop"),
+so the property tests can check a plan's coverage and memory footprint without running a kernel.
 """
 
 from __future__ import annotations

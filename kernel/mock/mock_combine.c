@@ -1,6 +1,6 @@
 /*
- * The split-KV combine of the mock device (research note §5.3), run only after every partial of every core
- * (the kernel's global vector barrier): per (schedule position -> slot, head), the m_split normalised partial
+ * The split-KV combine of the mock device (docs/CONTRACT.md, "Split-KV combine"), run only after every
+ * partial of every core (the kernel's global vector barrier): per (schedule position -> slot, head), the m_split normalised partial
  * rows of o_core are weighted by exp(lse_i - LSE) and written once, in OUT dtype, to o.  A sequence with no
  * split (length 0) gets a zero row.
  */

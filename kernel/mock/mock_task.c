@@ -1,7 +1,8 @@
 /*
  * The partial phase of the mock device: one logical core's (block_idx) tasks, enumerated as the kernel's
- * former and tail passes do (research note §3.6), each run tile by tile through the per-core scratch
- * buffers at the kernel's strides (§4, §5.1): S (fp32) -> P (IN dtype) -> O_tile (fp32) -> online rescale.
+ * former and tail passes do (docs/CONTRACT.md, "Task loop"), each run tile by tile through the per-core
+ * scratch buffers at the kernel's strides ("Per-core scratch"): S (fp32) -> P (IN dtype) -> O_tile (fp32) ->
+ * online rescale.
  */
 #include <math.h>
 #include <string.h>
