@@ -10,11 +10,10 @@
 
 #include "runtime/rt.h"
 
-#define PA_HOST_PARAMS                                                                                         \
-    uint8_t *q, uint8_t *k, uint8_t *v, uint8_t *block_tables, uint8_t *mask, uint8_t *deq_scale1,             \
-        uint8_t *deq_offset1, uint8_t *deq_scale2, uint8_t *deq_offset2, uint8_t *razor_offset, uint8_t *scale, \
-        uint8_t *logn, uint8_t *eye, uint8_t *o, uint8_t *s, uint8_t *p, uint8_t *o_tmp, uint8_t *go,           \
-        uint8_t *o_core, uint8_t *l, uint8_t *k16, uint8_t *v16, uint8_t *tiling
+/* Parameter lists from the ABI's one X-macro (kernel/pa_kernel_abi.h, PA_PTR_ARGS). */
+#define PA_HOST_PARAM(name) , uint8_t *name
+#define PA_HOST_ARG(name) name,
+#define PA_HOST_UNUSED(name) (void)name;
 
 extern "C" {
 
@@ -22,25 +21,21 @@ int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
 
-int32_t call_kernel(uint32_t block_dim, void *stream, PA_HOST_PARAMS)
+int32_t call_kernel(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_HOST_PARAM))
 {
     if (block_dim == 0) return PA_ERR_BAD_LAUNCH;
     uint64_t ffts = 0;
     uint32_t fftsLen = 0;
     if (rtGetC2cCtrlAddr(&ffts, &fftsLen) != RT_ERROR_NONE) return PA_ERR_INTERNAL;
-    pa_decode_kernel<<<block_dim, nullptr, stream>>>(q, k, v, block_tables, mask, deq_scale1, deq_offset1, deq_scale2,
-                                                      deq_offset2, razor_offset, scale, logn, eye, o, s, p, o_tmp,
-                                                      go, o_core, l, k16, v16, tiling, block_dim, ffts);
+    pa_decode_kernel<<<block_dim, nullptr, stream>>>(PA_PTR_ARGS(PA_HOST_ARG) block_dim, ffts);
     return PA_OK;
 }
 
-int32_t call_kernel_noop(uint32_t block_dim, void *stream, PA_HOST_PARAMS)
+int32_t call_kernel_noop(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_HOST_PARAM))
 {
     (void)block_dim;
     (void)stream;
-    (void)q, (void)k, (void)v, (void)block_tables, (void)mask, (void)deq_scale1, (void)deq_offset1;
-    (void)deq_scale2, (void)deq_offset2, (void)razor_offset, (void)scale, (void)logn, (void)eye, (void)o;
-    (void)s, (void)p, (void)o_tmp, (void)go, (void)o_core, (void)l, (void)k16, (void)v16, (void)tiling;
+    PA_PTR_ARGS(PA_HOST_UNUSED)
     return PA_OK;
 }
 
