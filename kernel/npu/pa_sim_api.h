@@ -49,6 +49,20 @@ int32_t pa_sim_set_timeout_ms(int32_t ms);
  * PA_ERR_HAZARD.  Checked mode (pa_mock_config.checked) turns the hazard checker on. */
 int32_t pa_sim_sync_point_count(void);
 void pa_sim_drop_sync(int32_t id);
+/* Mutations of one edge's meaning, for the checker's negative controls (kind -1 or edge -1: none):
+ * the flag set and waited from the wrong source pipe (the scalar pipe), the flag on event 0 (with a ping-pong
+ * half's "1" edge: both halves on one event), a cross-core signal issued from another pipe (the scalar pipe). */
+#define PA_SIM_MUTATE_WRONG_SOURCE 1
+#define PA_SIM_MUTATE_SHARED_EVENT 2
+#define PA_SIM_MUTATE_SIGNAL_PIPE 3
+#define PA_SIM_MUTATIONS 4
+void pa_sim_mutate_sync(int32_t kind, int32_t edge);
+/* The race library (sim/pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
+ * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
+struct pa_mock_error;
+int32_t pa_sim_race_count(void);
+const char *pa_sim_race_name(int32_t index);
+int32_t pa_sim_race_run(int32_t index, int32_t fixed, struct pa_mock_error *err);
 #ifdef __cplusplus
 }
 #endif

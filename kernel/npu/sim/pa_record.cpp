@@ -5,6 +5,7 @@
 #include "pa_record.hpp"
 
 #include <algorithm>
+#include <memory>
 
 namespace pa::rec {
 
@@ -32,15 +33,26 @@ void Count(int counter)
     }
 }
 
+namespace {
+
+/* A mutation of edge `edge` (pa_sim_mutate_sync): what a plausible wrong kernel would issue instead. */
+int Mutated(int edge, int kind) { return sim::MutatedEdge(kind) == edge; }
+
+}  // namespace
+
 void SetFlag(int src, int dst, int event, int edge)
 {
     if (sim::EdgeDropped(edge)) return;
+    if (Mutated(edge, PA_SIM_MUTATE_WRONG_SOURCE)) src = kPipeS;   /* set (and waited) from the scalar pipe */
+    if (Mutated(edge, PA_SIM_MUTATE_SHARED_EVENT)) event = 0;      /* both ping-pong halves on event 0 */
     if (sim::tctx.hz) sim::tctx.hz->SetFlag(src, dst, event);
 }
 
 void WaitFlag(int src, int dst, int event, int edge)
 {
     if (sim::EdgeDropped(edge)) return;
+    if (Mutated(edge, PA_SIM_MUTATE_WRONG_SOURCE)) src = kPipeS;
+    if (Mutated(edge, PA_SIM_MUTATE_SHARED_EVENT)) event = 0;
     if (sim::tctx.hz) sim::tctx.hz->WaitFlag(src, dst, event);
 }
 
@@ -53,6 +65,7 @@ void Barrier(int pipe, int edge)
 void Signal(uint16_t id, int edge, int pipe, Direction dir)
 {
     if (sim::EdgeDropped(edge)) return;
+    if (Mutated(edge, PA_SIM_MUTATE_SIGNAL_PIPE)) pipe = kPipeS; /* covers only scalar work */
     if (dir == kToVectors) sim::SignalVectors(id, pipe);
     else sim::SignalCube(id, pipe);
 }
@@ -67,7 +80,56 @@ void Wait(uint16_t id, int edge, Direction dir)
 void AllVectorBarrier(int edge, int pipe)
 {
     if (sim::EdgeDropped(edge)) return;
+    if (Mutated(edge, PA_SIM_MUTATE_SIGNAL_PIPE)) pipe = kPipeS;
     sim::VectorBarrier(pipe);
+}
+
+namespace {
+
+/* Checked mode: a core's on-chip memory starts as NaN (all-ones bytes are NaN in fp16, bf16 and fp32), as
+ * stale as the device leaves it, so a read of memory the kernel never wrote shows in the output. */
+void PoisonOnChip(int32_t role)
+{
+    auto &m = pto::NPUMemoryModel::Instance();
+    if (role == sim::kRoleCube) {
+        std::memset(m.GetL1Base(), 0xff, kL1Bytes);
+        std::memset(m.GetL0ABase(), 0xff, kL0aBytes);
+        std::memset(m.GetL0BBase(), 0xff, kL0bBytes);
+        std::memset(m.GetL0CBase(), 0xff, kL0cBytes);
+    } else {
+        std::memset(m.GetUBBase(), 0xff, kUbBytes);
+    }
+}
+
+}  // namespace
+
+void RunCoreRole(sim::Launch &L, uint32_t core, int32_t role, const std::function<void()> &body)
+{
+    using namespace sim;
+    pto::cpu_sim::ScopedExecutionContext ctx(core, role == kRoleCube ? 0 : uint32_t(role - kRoleVec0), kVecSubCores);
+    tctx = ThreadCtx{};
+    tctx.launch = &L;
+    tctx.core = int32_t(core);
+    tctx.role = role;
+    tctx.ctr = &L.counters[core * kRolesPerCluster + uint32_t(role)];
+    std::unique_ptr<hz::Role> checker;
+    if (L.hazards) {
+        checker = std::make_unique<hz::Role>(L, core, role);
+        tctx.hz = checker.get();
+        PoisonOnChip(role);
+    }
+    try {
+        body();
+        if (checker) checker->Finish();
+    } catch (const Abort &) {
+        /* the launch failed; the first error is in L.error */
+    }
+    tctx.hz = nullptr;
+}
+
+void InvalidateCache()
+{
+    if (sim::tctx.hz) sim::tctx.hz->InvalidateCache();
 }
 
 void NoteAssign(int space, uint64_t begin, uint64_t end)

@@ -16,6 +16,7 @@
 #define PA_RECORD_HPP
 
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -118,6 +119,12 @@ enum Direction : int { kToVectors, kToCube };
 void Signal(uint16_t id, int edge, int pipe, Direction dir);
 void Wait(uint16_t id, int edge, Direction dir);
 void AllVectorBarrier(int edge, int pipe);
+/* Runs `body` as core `core`'s role `role` of launch L in the calling thread: execution context, counters,
+ * the hazard checker (checked mode, with NaN-initialised on-chip memory), the core-exit flag check, and the
+ * unwinding of a failed launch. */
+void RunCoreRole(sim::Launch &L, uint32_t core, int32_t role, const std::function<void()> &body);
+/* dcci: makes GM that other cores wrote visible to this core's scalar reads. */
+void InvalidateCache();
 /* Peak on-chip use, and the A2/A3 fixed UB temporary kept free of the kernel's own buffers. */
 void NoteAssign(int space, uint64_t begin, uint64_t end);
 

@@ -221,6 +221,14 @@ void Role::SetFlag(int src, int dst, int event)
              "a second set before its wait is lost on the device",
              PipeName(src), PipeName(dst), event, core_, RoleOf(base_), tctx.seq, tctx.head, tctx.split, tctx.unit);
     }
+    if (f.waitClock != 0 && vc_[src][Agent(dst)] < f.waitClock) {
+        Fail(PA_ERR_HAZARD, -1, event, -1,
+             "set_flag(%s, %s, %d) on core %u (%s) [seq %d head %d split %d unit %d] is not ordered after the "
+             "previous wait_flag of the same flag on %s: the source pipe may set the bit again before the wait "
+             "cleared it, and the set is lost (one bit per flag; ping-pong halves need their own event ids)",
+             PipeName(src), PipeName(dst), event, core_, RoleOf(base_), tctx.seq, tctx.head, tctx.split, tctx.unit,
+             PipeName(dst));
+    }
     f.set = true;
     f.at = vc_[src];
 }
@@ -237,6 +245,9 @@ void Role::WaitFlag(int src, int dst, int event)
     Join(vc_[dst], f->at);
     if (dst == kPipeV) vDone_ = std::max(vDone_, f->at[Agent(kPipeV)]);
     f->set = false;
+    /* the wait is a step of the destination queue: what is ordered after it knows this tick */
+    f->waitClock = ++vc_[dst][Agent(dst)];
+    st_.logs[Agent(dst)].Append(Instr{"wait_flag", tctx.seq, tctx.head, tctx.split, tctx.unit});
 }
 
 void Role::Barrier(int pipe)

@@ -12,7 +12,9 @@
  *     (or a flag round trip through another pipe);
  *   - set_flag(src, dst, id) covers src's earlier instructions; wait_flag orders only dst's later ones;
  *     one bit per (src, dst, id), ids 0..7: a second set before the wait, a wait with no set (the device
- *     would hang) and a flag still set when the core exits are errors;
+ *     would hang) and a flag still set when the core exits are errors, and so is a set that the previous
+ *     wait of the same flag is not ordered before (the source pipe may run ahead and set the bit while it is
+ *     still set: the set is lost, as when two ping-pong halves share one event id);
  *   - pipe_barrier(PIPE_ALL) orders everything after it after everything before it;
  *   - a scalar read (GetValue) stalls issue, so it is ordered before every later instruction; a scalar
  *     write is not (it needs set_flag(PIPE_S, dst));
@@ -135,7 +137,8 @@ private:
     Clock dcci_;         /* what the last cache invalidate made visible to scalar reads */
     struct Flag {
         bool set = false;
-        Clock at;
+        Clock at;                /* the source pipe's clock at the set */
+        uint32_t waitClock = 0;  /* the destination pipe's tick of the last wait (0: none yet) */
     };
     Flag flags_[kPipes][kPipes][8];
     std::vector<Cell> onChip_[kSpaceGm];

@@ -18,6 +18,7 @@
 #include "../pa_sync.hpp"
 
 #include "../../contract/pa_contract.h"
+#include "pa_record.hpp"
 #include "pa_sim_runtime.hpp"
 
 #define PA_PTR_PARAMS                                                                                          \
@@ -69,46 +70,14 @@ int32_t TimeoutMs()
     return v > 0 ? v : kDefaultTimeoutMs;
 }
 
-/* Checked mode: a core's on-chip memory starts as NaN (all-ones bytes are NaN in fp16, bf16 and fp32), as
- * stale as the device leaves it, so a read of memory the kernel never wrote shows in the output. */
-void PoisonOnChip(int32_t role)
-{
-    auto &m = pto::NPUMemoryModel::Instance();
-    if (role == kRoleCube) {
-        std::memset(m.GetL1Base(), 0xff, pa::kL1Bytes);
-        std::memset(m.GetL0ABase(), 0xff, pa::kL0aBytes);
-        std::memset(m.GetL0BBase(), 0xff, pa::kL0bBytes);
-        std::memset(m.GetL0CBase(), 0xff, pa::kL0cBytes);
-    } else {
-        std::memset(m.GetUBBase(), 0xff, pa::kUbBytes);
-    }
-}
-
 void Worker(Launch *L, uint32_t core, int32_t role, void *const *ptr)
 {
-    pto::cpu_sim::ScopedExecutionContext ctx(core, role == kRoleCube ? 0 : uint32_t(role - kRoleVec0),
-                                             pa::kVecSubCores);
-    tctx = ThreadCtx{};
-    tctx.launch = L;
-    tctx.core = int32_t(core);
-    tctx.role = role;
-    tctx.ctr = &L->counters[core * kRolesPerCluster + role];
-    std::unique_ptr<hz::Role> checker;
-    if (L->hazards) {
-        checker = std::make_unique<hz::Role>(*L, core, role);
-        tctx.hz = checker.get();
-        PoisonOnChip(role);
-    }
     auto *b = reinterpret_cast<uint8_t *const *>(ptr);
-    try {
+    pa::rec::RunCoreRole(*L, core, role, [&] {
         pa_decode_kernel(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                          b[14], b[15], b[16], b[17], b[18], b[19], b[20], b[21], b[22], L->blockDim,
                          /*ffts_base=*/0);
-        if (checker) checker->Finish();
-    } catch (const Abort &) {
-        /* the launch failed; the first error is in L->error */
-    }
-    tctx.hz = nullptr;
+    });
 }
 
 void CollectStats(const Launch &L, double seconds)
@@ -226,6 +195,8 @@ int32_t pa_sim_stats_get(pa_sim_stats *out)
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 
 void pa_sim_drop_sync(int32_t id) { DropEdge(id); }
+
+void pa_sim_mutate_sync(int32_t kind, int32_t edge) { MutateEdge(kind, edge); }
 
 int32_t pa_sim_set_timeout_ms(int32_t ms)
 {

@@ -92,6 +92,7 @@ bool SignalLost()
 namespace {
 
 std::atomic<int32_t> g_droppedEdge{-1};
+std::atomic<int32_t> g_mutatedEdge[PA_SIM_MUTATIONS] = {-1, -1, -1, -1};
 
 hz::Clock SnapshotOf(int pipe) { return tctx.hz ? tctx.hz->Snapshot(pipe) : hz::Clock{}; }
 
@@ -124,6 +125,16 @@ void PushPending(std::deque<hz::Clock> &q, uint16_t flag, hz::Clock c)
 
 bool EdgeDropped(int32_t id) { return g_droppedEdge.load(std::memory_order_relaxed) == id; }
 void DropEdge(int32_t id) { g_droppedEdge.store(id); }
+
+int32_t MutatedEdge(int32_t kind)
+{
+    return kind >= 0 && kind < PA_SIM_MUTATIONS ? g_mutatedEdge[kind].load(std::memory_order_relaxed) : -1;
+}
+
+void MutateEdge(int32_t kind, int32_t id)
+{
+    for (int32_t k = 0; k < PA_SIM_MUTATIONS; ++k) g_mutatedEdge[k].store(k == kind ? id : -1);
+}
 
 void SignalVectors(uint16_t flag, int pipe)
 {

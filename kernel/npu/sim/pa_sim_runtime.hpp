@@ -104,6 +104,9 @@ void VectorBarrier(int pipe);
 /* Synchronisation edges removed from launches (pa_sim_drop_sync): both ends of edge `id` do nothing. */
 bool EdgeDropped(int32_t id);
 void DropEdge(int32_t id);
+/* The edge mutated by kind `kind` (PA_SIM_MUTATE_*), or -1. */
+int32_t MutatedEdge(int32_t kind);
+void MutateEdge(int32_t kind, int32_t id);
 
 /* GM access check of `span` elements (of `elemBytes`) starting at element `off` of slot `slot`:
  * rows x cols with strides (rowStride, colStride) in elements. */

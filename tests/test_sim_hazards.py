@@ -1,0 +1,223 @@
+"""The simulation's hazard checker against real races: every sync edge of the kernel is load-bearing, wrong
+meanings are caught, and a library of small racy kernels fails while their fixed twins pass.
+
+The simulation runs each core's instructions one after another, so a kernel with a missing flag still
+computes right there; only the hazard checker (checked mode) can see that the device's concurrent pipes
+would race.  These are its negative controls:
+
+* drop each synchronisation edge in turn (``pa_sim_drop_sync``) on a small set of varied cases (fp16/bf16,
+  head_dim 64/128/256, BN and split-KV with the combine, tails that are not a multiple of 16, a core that
+  runs an empty sequence after a full one): every edge must produce ``PA_ERR_HAZARD``, not just any failure;
+* change an edge's meaning (``pa_sim_mutate_sync``): a flag set from the wrong source pipe, both ping-pong
+  halves on one event id, a cross-core signal issued from another pipe;
+* the race library in ``kernel/npu/sim/pa_sim_races.cpp``.
+
+Launches run in child processes (this file run as a script): a pto-isa on-chip overflow aborts the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+for path in (ROOT, TESTS):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from test_sim_kernel import BASE, LIB, needs_sim, run_case  # noqa: E402
+
+from launcher.mock_api import MockError  # noqa: E402
+from tiling import abi  # noqa: E402
+
+SYNC_HEADER = ROOT / "kernel" / "npu" / "pa_sync.hpp"
+CHILD_TIMEOUT_S = 600
+HAZARD = int(abi.ErrorCode.HAZARD)
+MUTATE_WRONG_SOURCE, MUTATE_SHARED_EVENT, MUTATE_SIGNAL_PIPE = 1, 2, 3
+
+#: Small launches that together reach every edge: multi-unit tasks and two KV groups per task (fp16 D128),
+#: split-KV with the combine and several heads per vector sub-core (bf16 D64), ragged tails with D256, many
+#: splits, and an empty sequence after a full one on one core (a gather order the planner does not choose).
+DROP_CASES: list[dict[str, Any]] = [
+    {**BASE, "lens": [1, 130, 1300], "cores": 2},
+    {**BASE, "lens": [1500, 40], "hq": 16, "hkv": 2, "d": 64, "bs": 64, "dtype": "bf16", "cores": 3},
+    {**BASE, "lens": [3000, 0, 700], "hq": 4, "hkv": 1, "d": 64, "bs": 64, "dtype": "bf16", "cores": 8,
+     "strategy": "split_kv"},
+    {**BASE, "lens": [37, 300], "hq": 4, "hkv": 2, "d": 256, "bs": 64, "cores": 1},
+    {**BASE, "lens": [4100], "hq": 2, "hkv": 1, "d": 32, "bs": 16, "cores": 40, "strategy": "split_kv"},
+    {**BASE, "lens": [40, 0], "hq": 4, "hkv": 2, "d": 64, "bs": 16, "cores": 1, "reverse_gather": True},
+]
+
+
+@cache
+def edge_names() -> list[str]:
+    """The kernel's edge ids in order, read from the header that names them (pa_sync.hpp's ``enum Edge``)."""
+    text = SYNC_HEADER.read_text()
+    body = text[text.index("enum Edge") : text.index("kEdgeCount")]
+    return re.findall(r"^\s*(kEdge\w+),", body, flags=re.MULTILINE)
+
+
+def edge(name: str) -> int:
+    return edge_names().index(name)
+
+
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(LIB))
+    lib.pa_sim_drop_sync.argtypes = [ctypes.c_int32]
+    lib.pa_sim_mutate_sync.argtypes = [ctypes.c_int32, ctypes.c_int32]
+    lib.pa_sim_race_name.restype = ctypes.c_char_p
+    lib.pa_sim_race_run.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(MockError)]
+    return lib
+
+
+def _outcome(res: dict[str, Any]) -> dict[str, Any]:
+    return {"rc": res["rc"], "code": res["err"]["code"], "message": res["err"]["message"][:400],
+            "passed": res.get("passed"), "summary": res.get("summary")}
+
+
+def child_sweep() -> dict[str, Any]:
+    """Baseline of every case, then each edge dropped until one case reports a hazard."""
+    lib = _lib()
+    baseline = [_outcome(run_case(case)) for case in DROP_CASES]
+    dropped: dict[int, dict[str, Any]] = {}
+    for e in range(lib.pa_sim_sync_point_count()):
+        lib.pa_sim_drop_sync(e)
+        for i, case in enumerate(DROP_CASES):
+            out = {**_outcome(run_case(case)), "case": i}
+            if out["rc"] != 0:
+                break
+        dropped[e] = out
+    lib.pa_sim_drop_sync(-1)
+    return {"count": lib.pa_sim_sync_point_count(), "baseline": baseline, "dropped": dropped}
+
+
+def child_mutations(mutations: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    lib = _lib()
+    results = []
+    for kind, e in mutations:
+        lib.pa_sim_mutate_sync(kind, e)
+        out: dict[str, Any] = {"rc": 0}
+        for case in DROP_CASES:
+            out = _outcome(run_case(case))
+            if out["rc"] != 0:
+                break
+        results.append(out)
+    lib.pa_sim_mutate_sync(-1, -1)
+    return results
+
+
+def child_races() -> list[dict[str, Any]]:
+    lib = _lib()
+    results = []
+    for i in range(lib.pa_sim_race_count()):
+        row: dict[str, Any] = {"name": lib.pa_sim_race_name(i).decode()}
+        for fixed in (0, 1):
+            err = MockError()
+            rc = lib.pa_sim_race_run(i, fixed, ctypes.byref(err))
+            row["fixed" if fixed else "racy"] = {"rc": rc, "code": err.code, "message": err.message.decode()[:400]}
+        results.append(row)
+    return results
+
+
+def run_child(*args: str) -> Any:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+                          timeout=CHILD_TIMEOUT_S, check=False, env=dict(os.environ))
+    assert proc.returncode == 0, f"simulation child failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@cache
+def sweep() -> dict[str, Any]:
+    return run_child("sweep")
+
+
+@cache
+def races() -> list[dict[str, Any]]:
+    return run_child("races")
+
+
+@needs_sim
+def test_edge_names_mirror_the_library() -> None:
+    assert len(edge_names()) == sweep()["count"] > 0
+
+
+@needs_sim
+def test_drop_cases_pass_with_every_edge() -> None:
+    """The cases the sweep relies on are clean: no hazard and the golden's accuracy with all edges in place."""
+    for case, out in zip(DROP_CASES, sweep()["baseline"], strict=True):
+        assert out["rc"] == 0, (case, out)
+        assert out["passed"], (case, out)
+
+
+@needs_sim
+def test_every_sync_edge_is_load_bearing() -> None:
+    """Dropping any one edge must end a launch with PA_ERR_HAZARD (a survivor would be removed from the kernel)."""
+    dropped = sweep()["dropped"]
+    survivors = [edge_names()[int(e)] for e, out in dropped.items() if out["rc"] == 0]
+    assert not survivors, f"edges that survive being dropped: {survivors}"
+    wrong = {edge_names()[int(e)]: out for e, out in dropped.items() if out["rc"] != HAZARD}
+    assert not wrong, f"edges whose removal fails with something else than HAZARD: {wrong}"
+    for out in dropped.values():
+        assert out["code"] == HAZARD and ("hazard" in out["message"] or "flag" in out["message"]), out
+
+
+MUTATIONS = {
+    "K/V sub-tile loaded: set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgeKvLoaded0"),
+    "S accumulator ready: set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgeSAccReady1"),
+    "S rows in UB: set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgeSLoaded"),
+    "output cast: set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgeOutReady"),
+    "K/V L1 halves on one event": (MUTATE_SHARED_EVENT, "kEdgeKvLoaded1"),
+    "K/V L1 free halves on one event": (MUTATE_SHARED_EVENT, "kEdgeKvL1Free1"),
+    "L0 halves on one event": (MUTATE_SHARED_EVENT, "kEdgeL0Ready1"),
+    "S accumulator halves on one event": (MUTATE_SHARED_EVENT, "kEdgeSAccFree1"),
+    "S ready signalled from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeQkReady0"),
+    "P ready signalled from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeSoftmaxReady1"),
+    "O_tmp ready signalled from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeUpdateReady0"),
+    "split partials barrier from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeReduceBarrier"),
+}
+
+
+@needs_sim
+def test_mutated_sync_meanings_are_hazards() -> None:
+    names = sorted(MUTATIONS)
+    results = run_child("mutations", json.dumps([(MUTATIONS[n][0], edge(MUTATIONS[n][1])) for n in names]))
+    missed = {n: r for n, r in zip(names, results, strict=True) if r["rc"] != HAZARD}
+    assert not missed, f"mutations the checker did not report as HAZARD: {missed}"
+
+
+@needs_sim
+def test_race_library_has_at_least_ten_kernels() -> None:
+    assert len(races()) >= 10
+
+
+@needs_sim
+@pytest.mark.parametrize("index", range(16))
+def test_race_fails_and_its_fixed_twin_passes(index: int) -> None:
+    rows = races()
+    if index >= len(rows):
+        pytest.skip("fewer race kernels in this build")
+    row = rows[index]
+    assert row["racy"]["rc"] == HAZARD and row["racy"]["code"] == HAZARD, row
+    assert row["fixed"]["rc"] == 0, row
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "sweep":
+        print(json.dumps(child_sweep()))
+    elif mode == "mutations":
+        print(json.dumps(child_mutations([tuple(m) for m in json.loads(sys.argv[2])])))
+    elif mode == "races":
+        print(json.dumps(child_races()))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
