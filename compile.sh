@@ -12,6 +12,9 @@
 #                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
+# Check:
+#   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
+#                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -101,6 +104,24 @@ build_sim() {
     fi
 }
 
+# The A2/A3 compile check (kernel/npu/check_a2a3.sh): the kernel against pto-isa's A2/A3 implementations.
+check_a2a3() {
+    local script="$ROOT/kernel/npu/check_a2a3.sh" out rc=0
+    out="$(FORCE="${FORCE:-}" bash "$script" "$BUILD_DIR" 2>&1)" || rc=$?
+    printf '%s\n' "$out" | sed '$d'
+    local last
+    last="$(printf '%s\n' "$out" | tail -n 1)"
+    if [[ $rc -eq 3 ]]; then
+        record "$last"
+    elif [[ $rc -ne 0 ]]; then
+        record "$last"
+        printf '%s\n' "$out" | sed -n '/FAILED/,$p' | tail -n +2
+        STATUS=1
+    else
+        record "$last"
+    fi
+}
+
 build_npu() {
     local compiler=""
     compiler="$(command -v bisheng || command -v ccec || true)"
@@ -133,7 +154,7 @@ main() {
                 ;;
             --force) FORCE=1 ;;
             -h | --help)
-                sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+                sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
                 return 0
                 ;;
             *)
@@ -148,6 +169,7 @@ main() {
     fi
     build_mock
     build_sim
+    check_a2a3
     build_npu
     say "summary:"
     printf '  %s\n' "${SUMMARY[@]}"

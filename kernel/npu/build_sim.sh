@@ -19,33 +19,16 @@ mkdir -p "$BUILD"
 BUILD="$(cd "$BUILD" && pwd)"
 
 PTO_SHA256="1afec13f59e18fd9133ae2345a9845d8b58e3f005bd773325664821db5990d03"  # keep equal to fetch_pto_isa.sh
-PTO_INC="$BUILD/third_party/pto-isa/include"
 OUT="$BUILD/lib/libpa_sim.so"
 
 say() { echo "[build_sim] $*"; }
 skip() { say "skipped: $*"; exit 0; }
 
-find_clang() {
-    for c in clang++-19 clang++-20 clang++-21 clang++-22; do
-        if command -v "$c" >/dev/null; then echo "$c"; return 0; fi
-    done
-    return 1
-}
-
-CXX="${PA_SIM_CXX:-}"
-if [[ -z "$CXX" ]]; then
-    if ! CXX="$(find_clang)"; then
-        if command -v apt-get >/dev/null && [[ "$(id -u)" == "0" ]]; then
-            say "installing clang-19 with apt-get"
-            (apt-get install -y -q clang-19 >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang-19 >/dev/null 2>&1; }) || true
-        fi
-        CXX="$(find_clang)" || skip "clang++-19 not found and not installable here (pto-isa's CPU simulation needs clang >= 19)"
-    fi
-fi
-
+# shellcheck source=pto_toolchain.sh
+source "$HERE/pto_toolchain.sh"
 rc=0
-bash "$HERE/fetch_pto_isa.sh" "$BUILD" || rc=$?
-[[ $rc -eq 3 ]] && skip "pto-isa headers could not be fetched"
+pto_toolchain "$BUILD" || rc=$?
+[[ $rc -eq 3 ]] && skip "$PTO_SKIP"
 [[ $rc -ne 0 ]] && exit "$rc"
 
 SOURCES=("$HERE/pa_kernel.cpp" "$HERE/sim/pa_sim_runtime.cpp" "$HERE/sim/pa_sim_hazard.cpp" "$HERE/sim/pa_record.cpp" "$HERE/sim/pa_sim_races.cpp" "$HERE/sim/pa_sim_host.cpp" "$HERE/sim/pa_sim_contract.cpp" "$HERE/sim/pa_sim_layout.cpp")

@@ -19,7 +19,10 @@ struct CubeCore {
     static constexpr int kSub = SubTokens(DCap);
     /* L1 (Mat) tiles */
     using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+    /* P of a unit, kSub columns wider than a unit: A2/A3's TEXTRACT requires the whole static sub-tile at
+     * its column offset to lie inside the source tile (pto-isa a2a3 TExtract's assert), and the last
+     * sub-tile of a unit starts up to kHandoffTokens - 16 columns in. */
+    using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens + kSub, BLayout::ColMajor, DYNAMIC, DYNAMIC,
                       SLayout::RowMajor, kFractalBytes>;
     using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
@@ -162,7 +165,7 @@ struct CubeCore {
             Assign(acc, kL0cO);
             WaitFlag(kPL1Free);
             if (ragged) { /* MTE2, before the load on the same in-order pipe */
-                PMat whole(kCubeRows, kHandoffTokens);
+                PMat whole(kCubeRows, PMat::Cols);
                 Assign(whole, kL1P);
                 ZeroL1(whole);
             }
@@ -182,7 +185,7 @@ struct CubeCore {
                 Assign(pLeft, kL0aP + b * kL0aPBytes);
                 WaitFlag(KvL1Free(b));
                 if (pc.len % 16 != 0) {
-                    VMat whole(kSub, DCap);
+                    VMat whole(VMat::Rows, VMat::Cols);
                     Assign(whole, kL1Kv0 + b * kL1KvBytes);
                     ZeroL1(whole);
                 }

@@ -241,7 +241,14 @@ template <typename TileT>
 AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
 {
     PA_RECORD(kPipeS, "GetValue", {rec::Element(tile, index, false)});
+#ifdef __COSTMODEL
+    /* the cost model moves no data and its GetValue reads a raw on-chip offset (a2a3/pa_costmodel_shim.hpp) */
+    (void)tile;
+    (void)index;
+    return typename TileT::DType(1.0f);
+#else
     return tile.GetValue(index);
+#endif
 }
 
 /* ---- intra-core flags and barriers --------------------------------------------------------------------- */
