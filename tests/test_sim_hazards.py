@@ -59,6 +59,10 @@ DROP_CASES: list[dict[str, Any]] = [
 ]
 
 
+#: tails of 37 and 300 - 256 = 44 tokens: the last P.V sub-tile's inner length is not a multiple of 16
+PADDING_CASE = DROP_CASES[3]
+
+
 @cache
 def edge_names() -> list[str]:
     """The kernel's edge ids in order, read from the header that names them (pa_sync.hpp's ``enum Edge``)."""
@@ -126,6 +130,18 @@ def child_races() -> list[dict[str, Any]]:
             rc = lib.pa_sim_race_run(i, fixed, ctypes.byref(err))
             row["fixed" if fixed else "racy"] = {"rc": rc, "code": err.code, "message": err.message.decode()[:400]}
         results.append(row)
+    return results
+
+
+def child_padding() -> dict[str, Any]:
+    """A ragged-tail case with and without the kernel's zero fill of the padding its P.V multiplies."""
+    lib = _lib()
+    lib.pa_sim_skip_zero_padding.argtypes = [ctypes.c_int32]
+    results = {}
+    for skip in (1, 0):
+        lib.pa_sim_skip_zero_padding(skip)
+        res = run_case(PADDING_CASE)
+        results["skipped" if skip else "filled"] = {**_outcome(res), "finite": res.get("finite")}
     return results
 
 
@@ -211,12 +227,23 @@ def test_race_fails_and_its_fixed_twin_passes(index: int) -> None:
     assert row["fixed"]["rc"] == 0, row
 
 
+@needs_sim
+def test_device_padding_needs_the_kernels_zero_fill() -> None:
+    """On-chip memory starts as NaN and the cube multiplies padding as the device does: without the kernel's
+    zero fill of a ragged tail's L1 padding the output is NaN; with it the case matches the golden."""
+    res = run_child("padding")
+    assert res["filled"]["rc"] == 0 and res["filled"]["passed"], res
+    assert res["skipped"]["rc"] == 0 and not res["skipped"]["finite"], res
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "sweep":
         print(json.dumps(child_sweep()))
     elif mode == "mutations":
         print(json.dumps(child_mutations([tuple(m) for m in json.loads(sys.argv[2])])))
+    elif mode == "padding":
+        print(json.dumps(child_padding()))
     elif mode == "races":
         print(json.dumps(child_races()))
     else:

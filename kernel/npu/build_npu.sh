@@ -44,8 +44,29 @@ INCS=(-I "$PTO_INC" -I "$HERE" -I "$CANN/include" -I "$CANN/include/experiment/r
       -I "$CANN/compiler/tikcpp/tikcfw/interface")
 LIBS=(-L "$CANN/lib64" -lruntime -lascendcl)
 
+# Flags as pto-isa's own A2/A3 kernel builds use them (its kernels/manual/common/flash_atten/CMakeLists.txt):
+#   -xcce, -O2 -std=c++17            device C++ at the standard pto-isa's device code is written in
+#   --cce-aicore-arch=dav-c220       A2/A3 (Atlas 800T/I A2, A3): one cube + two vector cores per cluster; the
+#                                    kernel's cube/vector split uses the __DAV_C220_CUBE__/__DAV_C220_VEC__ this sets
+#   -mllvm -cce-aicore-stack-size=0x8000, -cce-aicore-function-stack-size=0x8000
+#                                    the per-core stack pto-isa's kernels are built with
+#   -mllvm -cce-aicore-record-overflow=true   record arithmetic overflow status (as pto-isa's builds do)
+#   -mllvm -cce-aicore-addr-transform         on-chip address transform pto-isa's TASSIGN plans rely on
+#   -mllvm -cce-aicore-dcci-insert-for-scalar=false   no automatic cache invalidate before scalar GM reads: the
+#                                    kernel reads only the tiling and block table with the scalar unit, which no
+#                                    core writes
+#   -include stdint.h/stddef.h       pto-isa's headers use the fixed-width types without including them
+#   --cce-fatobj-link                link the cube and vector device objects into one fat object
+# PA_NPU_DEBUG=1 adds -D_DEBUG --cce-enable-print (pto-isa's run-time asserts print on the device).
+CCE_FLAGS=(-xcce -O2 -std=c++17 --cce-aicore-arch=dav-c220
+           -mllvm -cce-aicore-stack-size=0x8000 -mllvm -cce-aicore-function-stack-size=0x8000
+           -mllvm -cce-aicore-record-overflow=true -mllvm -cce-aicore-addr-transform
+           -mllvm -cce-aicore-dcci-insert-for-scalar=false -include stdint.h -include stddef.h)
+[[ -n "${PA_NPU_DEBUG:-}" ]] && CCE_FLAGS+=(-D_DEBUG --cce-enable-print)
+INCS+=(-I "$CANN/pkg_inc" -I "$CANN/pkg_inc/runtime" -I "$CANN/pkg_inc/profiling")
+
 say "compiling with $BISHENG for dav-c220 (A2/A3 mixed cube+vector kernel)"
-"$BISHENG" -fPIC -shared -xcce -O2 -std=c++17 --npu-arch=dav-2201 "${INCS[@]}" \
-    "$HERE/pa_npu_host.cpp" -o "$OUT.tmp" "${LIBS[@]}"
+"$BISHENG" -fPIC -shared "${CCE_FLAGS[@]}" "${INCS[@]}" "$HERE/pa_npu_host.cpp" -o "$OUT.tmp" --cce-fatobj-link \
+    "${LIBS[@]}"
 mv "$OUT.tmp" "$OUT"
 say "built $OUT"

@@ -5,6 +5,7 @@
 #include "pa_record.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 
 namespace pa::rec {
@@ -127,6 +128,12 @@ void RunCoreRole(sim::Launch &L, uint32_t core, int32_t role, const std::functio
     tctx.hz = nullptr;
 }
 
+namespace {
+std::atomic<bool> g_skipZeroPadding{false};
+}  // namespace
+
+bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
+
 void InvalidateCache()
 {
     if (sim::tctx.hz) sim::tctx.hz->InvalidateCache();
@@ -148,3 +155,5 @@ void NoteAssign(int space, uint64_t begin, uint64_t end)
 }
 
 }  // namespace pa::rec
+
+extern "C" void pa_sim_skip_zero_padding(int32_t on) { pa::rec::g_skipZeroPadding.store(on != 0); }
