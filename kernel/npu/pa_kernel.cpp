@@ -83,18 +83,15 @@ AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNu
 
 }  // namespace pa
 
-#define PA_KERNEL_PARAMS(X)                                                                                    \
-    X(q) X(k) X(v) X(block_tables) X(mask) X(deq_scale1) X(deq_offset1) X(deq_scale2) X(deq_offset2)          \
-    X(razor_offset) X(scale) X(logn) X(eye) X(o) X(s) X(p) X(o_tmp) X(go) X(o_core) X(l) X(k16) X(v16) X(tiling)
 #define PA_PARAM_DECL(name) __gm__ uint8_t *name,
 #define PA_PARAM_INIT(name) name,
 
 /* block_num: clusters launched (the task loop's stride); ffts_base: the cross-core flag (FFTS) control
  * address the NPU host wrapper obtains from the runtime (unused in the simulation). */
-extern "C" __global__ AICORE void pa_decode_kernel(PA_KERNEL_PARAMS(PA_PARAM_DECL) uint32_t block_num,
+extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) uint32_t block_num,
                                                    uint64_t ffts_base)
 {
-    const pa::KernelArgs args{{PA_KERNEL_PARAMS(PA_PARAM_INIT)}};
+    const pa::KernelArgs args{{PA_PTR_ARGS(PA_PARAM_INIT)}};
 #if !defined(__CPU_SIM)
     set_ffts_base_addr(ffts_base);
 #else

@@ -1,5 +1,5 @@
 /*
- * Reading the tiling words (ABI v1) and walking the task list exactly as contract §3.6 defines it:
+ * Reading the tiling words (ABI v1) and walking the task list exactly as docs/CONTRACT.md ("Task loop") defines it:
  * process = block_idx, block_idx + block_num, ... over the former pass (former_batch x head chunks x kvCN),
  * then the tail pass (tail_batch x tail head chunks, whole sequences).  Schedule position p runs the slot
  * named by per-sequence word 13 of slot p (a gather map).  Cube and vector cores walk the same list.
@@ -65,6 +65,8 @@ struct Task {
 };
 
 /* Splits a sequence of kvLen tokens actually has: ceil(round_up(kvLen, bs) / KVSPLIT). */
+/* The ABI's pa_kv_splits(), restated as device code (a plain host inline function cannot be called from an
+ * AICORE function); tests/test_sim_kernel.py's split-KV cases hold the two to the same answer. */
 AICORE inline uint32_t SplitsOf(const Tiling &t, uint32_t kvLen)
 {
     return CeilDiv(CeilDiv(kvLen, t.blockSize) * t.blockSize, t.kvSplit);

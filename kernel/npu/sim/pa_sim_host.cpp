@@ -21,17 +21,12 @@
 #include "pa_record.hpp"
 #include "pa_sim_runtime.hpp"
 
-#define PA_PTR_PARAMS                                                                                          \
-    void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,       \
-        void *a10, void *a11, void *a12, void *a13, void *a14, void *a15, void *a16, void *a17, void *a18,      \
-        void *a19, void *a20, void *a21, void *a22
-#define PA_PTR_LIST a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22
+/* the argument list of every entry point: the ABI header's X-macro */
+#define PA_PTR_PARAM(name) , void *name
+#define PA_PTR_VALUE(name) name,
+#define PA_DEVICE_PARAM(name) uint8_t *name,
 
-extern "C" void pa_decode_kernel(uint8_t *q, uint8_t *k, uint8_t *v, uint8_t *bt, uint8_t *mask, uint8_t *ds1,
-                                 uint8_t *do1, uint8_t *ds2, uint8_t *do2, uint8_t *razor, uint8_t *scale,
-                                 uint8_t *logn, uint8_t *eye, uint8_t *o, uint8_t *s, uint8_t *p, uint8_t *otmp,
-                                 uint8_t *go, uint8_t *ocore, uint8_t *l, uint8_t *k16, uint8_t *v16,
-                                 uint8_t *tiling, uint32_t block_num, uint64_t ffts_base);
+extern "C" void pa_decode_kernel(PA_PTR_ARGS(PA_DEVICE_PARAM) uint32_t block_num, uint64_t ffts_base);
 
 /* clang lowers float -> __bf16 casts to this libgcc >= 13 helper; Debian 12's libgcc lacks it. */
 extern "C" __bf16 __truncsfbf2(float f)
@@ -152,18 +147,18 @@ int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
 
-int32_t call_kernel(uint32_t block_dim, void *stream, PA_PTR_PARAMS)
+int32_t call_kernel(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_PTR_PARAM))
 {
     (void)stream;
-    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_LIST};
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_ARGS(PA_PTR_VALUE)};
     return Launch23(block_dim, ptr);
 }
 
-int32_t call_kernel_noop(uint32_t block_dim, void *stream, PA_PTR_PARAMS)
+int32_t call_kernel_noop(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_PTR_PARAM))
 {
     (void)block_dim;
     (void)stream;
-    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_LIST};
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_ARGS(PA_PTR_VALUE)};
     (void)ptr;
     return PA_OK;
 }
