@@ -64,7 +64,8 @@ AICORE inline void LoadNd(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uin
 {
 #ifdef __CPU_SIM
     rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), false, traffic);
-    PA_RECORD(kPipeMte2, "TLOAD", {rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), false), rec::Of(tile, true)});
+    PA_RECORD(kPipeMte2, "TLOAD", rec::GmShape(rows, cols, sizeof(E)),
+              {rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), false), rec::Of(tile, true)});
     rec::PaddingGuard<TileT> keep(tile);
 #endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
@@ -78,7 +79,8 @@ AICORE inline void LoadDn(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uin
 {
 #ifdef __CPU_SIM
     rec::GmTraffic(g.slot, off, rows, cols, 1, pitch, sizeof(E), false, traffic);
-    PA_RECORD(kPipeMte2, "TLOAD", {rec::Gm(g.slot, off, cols, rows, pitch, sizeof(E), false), rec::Of(tile, true)});
+    PA_RECORD(kPipeMte2, "TLOAD", rec::GmShape(rows, cols, sizeof(E)),
+              {rec::Gm(g.slot, off, cols, rows, pitch, sizeof(E), false), rec::Of(tile, true)});
     rec::PaddingGuard<TileT> keep(tile);
 #endif
     GmDn<E> view(g.ptr + off, typename GmDn<E>::Shape(rows, cols), typename GmDn<E>::Stride(1, pitch));
@@ -92,7 +94,7 @@ AICORE inline void StoreNd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, 
 {
 #ifdef __CPU_SIM
     rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), true, traffic);
-    PA_RECORD(StorePipe<TileT>(), "TSTORE",
+    PA_RECORD(StorePipe<TileT>(), "TSTORE", rec::GmShape(rows, cols, sizeof(E)),
               {rec::Of(tile, false), rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), true)});
 #endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
@@ -105,7 +107,7 @@ AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 {
 #ifdef __CPU_SIM
     rec::GmTraffic(g.slot, index, 1, 1, 1, 1, sizeof(E), false, kTrafficOther);
-    PA_RECORD(kPipeS, "scalar GM read", {rec::Gm(g.slot, index, 1, 1, 1, sizeof(E), false)});
+    PA_RECORD(kPipeS, "scalar GM read", rec::GmShape(1, 1, sizeof(E)), {rec::Gm(g.slot, index, 1, 1, 1, sizeof(E), false)});
 #endif
     return g.ptr[index];
 }
@@ -115,7 +117,7 @@ AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 template <typename DstT, typename SrcT>
 AICORE inline void Mov(DstT &dst, SrcT &src)
 {
-    PA_RECORD(kPipeMte1, "TMOV", {rec::Of(src, false), rec::Of(dst, true)});
+    PA_RECORD(kPipeMte1, "TMOV", rec::ShapeOf(dst), {rec::Of(src, false), rec::Of(dst, true)});
     TMOV(dst, src);
 #ifdef __CPU_SIM
     rec::CopyFractalPadding(dst, src, 0, 0);
@@ -125,7 +127,7 @@ AICORE inline void Mov(DstT &dst, SrcT &src)
 template <typename DstT, typename SrcT>
 AICORE inline void Extract(DstT &dst, SrcT &src, uint32_t row, uint32_t col)
 {
-    PA_RECORD(kPipeMte1, "TEXTRACT", {rec::Of(src, false), rec::Of(dst, true)});
+    PA_RECORD(kPipeMte1, "TEXTRACT", rec::ShapeOf(dst), {rec::Of(src, false), rec::Of(dst, true)});
     TEXTRACT(dst, src, row, col);
 #ifdef __CPU_SIM
     rec::CopyFractalPadding(dst, src, row, col);
@@ -140,7 +142,7 @@ AICORE inline void ZeroL1(TileT &tile)
 #ifdef __CPU_SIM
     if (rec::SkipZeroPadding()) return; /* negative control: padding left as the device leaves it */
 #endif
-    PA_RECORD(kPipeMte2, "TEXPANDS(L1, 0)", {rec::Of(tile, true)});
+    PA_RECORD(kPipeMte2, "TEXPANDS_L1", rec::ShapeOf(tile), {rec::Of(tile, true)});
     TEXPANDS(tile, typename TileT::DType(0.0f));
 }
 
@@ -148,7 +150,7 @@ AICORE inline void ZeroL1(TileT &tile)
 template <typename AccT, typename LeftT, typename RightT>
 AICORE inline void Matmul(AccT &acc, LeftT &a, RightT &b)
 {
-    PA_RECORD(kPipeM, "TMATMUL", {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, true)});
+    PA_RECORD(kPipeM, "TMATMUL", rec::MatmulShape(acc, a), {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, true)});
     TMATMUL(acc, a, b);
 #ifdef __CPU_SIM
     rec::AddPaddedInner(acc, a, b);
@@ -158,7 +160,8 @@ AICORE inline void Matmul(AccT &acc, LeftT &a, RightT &b)
 template <typename AccT, typename LeftT, typename RightT>
 AICORE inline void MatmulAcc(AccT &acc, LeftT &a, RightT &b)
 {
-    PA_RECORD(kPipeM, "TMATMUL_ACC", {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, false), rec::Of(acc, true)});
+    PA_RECORD(kPipeM, "TMATMUL_ACC", rec::MatmulShape(acc, a),
+              {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, false), rec::Of(acc, true)});
     TMATMUL_ACC(acc, acc, a, b);
 #ifdef __CPU_SIM
     rec::AddPaddedInner(acc, a, b);
@@ -172,35 +175,36 @@ AICORE inline void MatmulAcc(AccT &acc, LeftT &a, RightT &b)
     template <typename D, typename S>                                                      \
     AICORE inline void Name(D &d, S &s)                                                    \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(d, true)});                    \
+        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});  \
         OP(d, s);                                                                          \
     }
 #define PA_VEC_SCALAR(Name, OP)                                                            \
     template <typename D, typename S>                                                      \
     AICORE inline void Name(D &d, S &s, float x)                                           \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(d, true)});                    \
+        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});  \
         OP(d, s, x);                                                                       \
     }
 #define PA_VEC_BINARY(Name, OP)                                                            \
     template <typename D, typename S0, typename S1>                                        \
     AICORE inline void Name(D &d, S0 &a, S1 &b)                                            \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, {rec::Of(a, false), rec::Of(b, false), rec::Of(d, true)}); \
+        PA_RECORD(kPipeV, #OP, rec::ShapeOf(a), {rec::Of(a, false), rec::Of(b, false), rec::Of(d, true)}); \
         OP(d, a, b);                                                                       \
     }
 #define PA_VEC_REDUCE(Name, OP)                                                                                \
     template <typename D, typename S, typename T>                                                              \
     AICORE inline void Name(D &d, S &s, T &tmp)                                                                \
     {                                                                                                          \
-        PA_RECORD(kPipeV, #OP, {rec::Of(s, false), rec::Of(tmp, false), rec::Of(tmp, true), rec::Of(d, true)}); \
+        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s),                                                              \
+                  {rec::Of(s, false), rec::Of(tmp, false), rec::Of(tmp, true), rec::Of(d, true)});         \
         OP(d, s, tmp);                                                                                         \
     }
 #define PA_VEC_ROW_EXPAND(Name, OP)                                                                    \
     template <typename D, typename S0, typename S1>                                                    \
     AICORE inline void Name(D &d, S0 &a, S1 &b)                                                        \
     {                                                                                                  \
-        PA_RECORD(kPipeV, #OP,                                                                         \
+        PA_RECORD(kPipeV, #OP, rec::ShapeOf(a),                                                        \
                   {rec::Of(a, false), rec::Of(b, false), rec::FixedTemp(!S1::isRowMajor, false),       \
                    rec::FixedTemp(!S1::isRowMajor, true), rec::Of(d, true)});                          \
         OP(d, a, b);                                                                                   \
@@ -228,14 +232,14 @@ PA_VEC_ROW_EXPAND(RowExpandDiv, TROWEXPANDDIV)
 template <typename D, typename S>
 AICORE inline void Cvt(D &d, S &s, RoundMode mode)
 {
-    PA_RECORD(kPipeV, "TCVT", {rec::Of(s, false), rec::Of(d, true)});
+    PA_RECORD(kPipeV, "TCVT", rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});
     TCVT(d, s, mode);
 }
 
 template <typename D>
 AICORE inline void Fill(D &d, typename D::DType x)
 {
-    PA_RECORD(kPipeV, "TEXPANDS", {rec::Of(d, true)});
+    PA_RECORD(kPipeV, "TEXPANDS", rec::ShapeOf(d), {rec::Of(d, true)});
     TEXPANDS(d, x);
 }
 
@@ -243,7 +247,7 @@ AICORE inline void Fill(D &d, typename D::DType x)
 template <typename TileT>
 AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
 {
-    PA_RECORD(kPipeS, "GetValue", {rec::Element(tile, index, false)});
+    PA_RECORD(kPipeS, "GetValue", rec::Shape{1, 1, 0, uint32_t(sizeof(typename TileT::DType))}, {rec::Element(tile, index, false)});
 #ifdef __COSTMODEL
     /* the cost model moves no data and its GetValue reads a raw on-chip offset (a2a3/pa_costmodel_shim.hpp) */
     (void)tile;

@@ -35,9 +35,43 @@ typedef struct pa_sim_stats {
     double wall_seconds;           /* host time of the simulated launch                                         */
 } pa_sim_stats;
 
+/* One event of a launch's instruction trace (pa_sim_trace_*): what the timing model replays.  Per core role,
+ * in program order: instructions with their pipe, shape and bytes, intra-core flags and barriers, cross-core
+ * signals and waits.  tests/test_timing_replay.py keeps the numpy mirror (timing/trace.py) equal to it. */
+#define PA_SIM_EV_INSTR 0    /* an instruction on `pipe`                                                   */
+#define PA_SIM_EV_SET 1      /* set_flag(src, dst, id)                                                    */
+#define PA_SIM_EV_WAIT 2     /* wait_flag(src, dst, id)                                                   */
+#define PA_SIM_EV_BARRIER 3  /* pipe_barrier(pipe)                                                        */
+#define PA_SIM_EV_SIGNAL 4   /* cross-core set of flag `id` from `pipe`; dst 0: cube -> vectors, 1: -> cube */
+#define PA_SIM_EV_XWAIT 5    /* cross-core wait for flag `id`; dst as for SIGNAL                           */
+#define PA_SIM_EV_ALLVEC 6   /* all-vector barrier, signalled from `pipe`                                  */
+typedef struct pa_sim_trace_event {
+    uint64_t bytes;       /* bytes the instruction moves (transfers) or touches (compute)                    */
+    uint64_t gm_offset;   /* GM transfers: byte offset of the first burst inside its buffer (alignment)        */
+    uint32_t rows, cols;  /* shape: valid rows x columns (matmul: m x n; transfers: rows x elements per row) */
+    uint32_t k;           /* matmul inner length (the device rounds it up to 16)                             */
+    uint32_t burst_bytes; /* GM transfers: contiguous bytes per burst                                        */
+    uint32_t bursts;      /* GM transfers: bursts                                                            */
+    uint16_t core;        /* cluster                                                                         */
+    uint16_t id;          /* flag event id or cross-core flag id                                             */
+    uint8_t role;         /* 0 cube, 1 vector 0, 2 vector 1                                                  */
+    uint8_t kind;         /* PA_SIM_EV_*                                                                     */
+    uint8_t pipe;         /* 0 S, 1 MTE2, 2 MTE1, 3 M, 4 FIX, 5 V, 6 MTE3, 7 all                             */
+    uint8_t op;           /* instruction: index into pa_sim_trace_op_name                                   */
+    uint8_t src, dst;     /* flag pipes; cross-core direction                                                */
+    uint8_t elem_bytes;   /* element size of the shape                                                       */
+    uint8_t slot;         /* GM argument slot of a transfer, 255 for none                                    */
+} pa_sim_trace_event;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Trace recording: on != 0 records every later launch of the calling thread (checked or not). */
+void pa_sim_trace_enable(int32_t on);
+int64_t pa_sim_trace_count(void);                                    /* events of the last launch            */
+int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity); /* copies; returns the number copied   */
+const char *pa_sim_trace_op_name(int32_t op);                        /* NULL past the last op               */
+int32_t pa_sim_trace_event_bytes(void);                              /* sizeof(pa_sim_trace_event)          */
 int32_t pa_sim_stats_get(pa_sim_stats *out); /* PA_OK, or PA_ERR_BAD_LAUNCH when no launch ran on this thread */
 /* Deadlock timeout of simulated waits in milliseconds (default 30000, or env PA_SIM_TIMEOUT_MS); returns the old.
  * A wait that times out fails the launch with PA_ERR_INTERNAL.  Env PA_SIM_DROP_SIGNAL=n loses the n-th flag

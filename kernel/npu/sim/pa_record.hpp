@@ -103,9 +103,39 @@ inline Access Gm(int32_t slot, uint64_t off, uint64_t rows, uint64_t cols, uint6
                   pitch * elemBytes};
 }
 
-inline void Issue(int pipe, const char *op, std::initializer_list<Access> acc)
+/* The shape the timing model prices an instruction by: valid rows x columns of elemBytes (matmul: m x n, k). */
+struct Shape {
+    uint32_t rows, cols, k, elemBytes;
+};
+
+template <typename TileT>
+Shape ShapeOf(TileT &tile)
+{
+    return Shape{uint32_t(tile.GetValidRow()), uint32_t(tile.GetValidCol()), 0,
+                 uint32_t(sizeof(typename TileT::DType))};
+}
+
+template <typename AccT, typename LeftT>
+Shape MatmulShape(AccT &acc, LeftT &a)
+{
+    return Shape{uint32_t(acc.GetValidRow()), uint32_t(acc.GetValidCol()), uint32_t(a.GetValidCol()),
+                 uint32_t(sizeof(typename LeftT::DType))};
+}
+
+inline Shape GmShape(uint64_t rows, uint64_t cols, uint32_t elemBytes)
+{
+    return Shape{uint32_t(rows), uint32_t(cols), 0, elemBytes};
+}
+
+/* The trace's name of op code `op`, or nullptr past the table. */
+const char *OpName(int32_t op);
+/* Appends an instruction to the calling role's trace (when the launch records one). */
+void TraceInstr(int pipe, const char *op, const Shape &shape, const Access *acc, int n);
+
+inline void Issue(int pipe, const char *op, const Shape &shape, std::initializer_list<Access> acc)
 {
     if (sim::tctx.hz) sim::tctx.hz->Issue(pipe, op, acc.begin(), int(acc.size()));
+    if (sim::tctx.trace) TraceInstr(pipe, op, shape, acc.begin(), int(acc.size()));
 }
 
 /* GM extent check and traffic figures of one access (rows x cols with element strides). */

@@ -53,6 +53,8 @@ struct HostState {
     pa_mock_error lastError{};
     bool hasStats = false;
     pa_sim_stats stats{};
+    bool tracing = false;
+    std::vector<pa_sim_trace_event> trace; /* the last launch's, role stream after role stream */
 };
 thread_local HostState host;
 std::atomic<int32_t> g_timeoutMs{0};
@@ -124,6 +126,8 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());
     L.hazards = L.checked;
     if (L.hazards) hz::InitLaunch(L);
+    L.tracing = host.tracing;
+    if (L.tracing) L.trace.resize(size_t(blockDim) * kRolesPerCluster);
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     threads.reserve(size_t(blockDim) * kRolesPerCluster);
@@ -132,6 +136,8 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     }
     for (auto &t : threads) t.join();
     CollectStats(L, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    host.trace.clear();
+    for (const auto &stream : L.trace) host.trace.insert(host.trace.end(), stream.begin(), stream.end());
     if (L.hasError) {
         host.lastError = L.error;
         return L.error.code;
@@ -186,6 +192,21 @@ int32_t pa_sim_stats_get(pa_sim_stats *out)
     if (out != nullptr) *out = host.stats;
     return PA_OK;
 }
+
+void pa_sim_trace_enable(int32_t on) { host.tracing = on != 0; }
+
+int64_t pa_sim_trace_count(void) { return int64_t(host.trace.size()); }
+
+int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity)
+{
+    const int64_t n = std::min<int64_t>(capacity, int64_t(host.trace.size()));
+    if (out != nullptr && n > 0) std::memcpy(out, host.trace.data(), size_t(n) * sizeof(pa_sim_trace_event));
+    return out != nullptr ? std::max<int64_t>(n, 0) : 0;
+}
+
+const char *pa_sim_trace_op_name(int32_t op) { return pa::rec::OpName(op); }
+
+int32_t pa_sim_trace_event_bytes(void) { return int32_t(sizeof(pa_sim_trace_event)); }
 
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 

@@ -75,6 +75,9 @@ struct Launch {
     /* hazard checker: on in checked mode */
     bool hazards = false;
     hz::LaunchState hazard;
+    /* instruction trace for the timing model: one stream per core role, [core * kRolesPerCluster + role] */
+    bool tracing = false;
+    std::vector<std::vector<pa_sim_trace_event>> trace;
     std::atomic<int> flagUse[kFlagCount] = {};
 };
 
@@ -85,6 +88,7 @@ struct ThreadCtx {
     int32_t seq = -1, head = -1, split = -1, unit = -1;
     Counters *ctr = nullptr;
     hz::Role *hz = nullptr; /* the hazard checker's view of this core role, or null when it is off */
+    std::vector<pa_sim_trace_event> *trace = nullptr; /* this role's trace stream, or null */
 };
 
 extern thread_local ThreadCtx tctx;

@@ -1,0 +1,181 @@
+"""The timing model's replay on traces with known answers, and the trace mirror against the simulation.
+
+Synthetic traces use a stand-in cost table with round numbers (1 GHz, 100 GB/s per pipe, one cycle per vector
+element), so each expected time can be written down by hand: a lone load, two pipes overlapping, a flag that
+serialises them, cores sharing HBM, short strided bursts against one long burst, a cube->vector->cube hand-off
+chain.  The last test records a real launch in the simulation and replays it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+for path in (ROOT, TESTS):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from timing import trace as tr  # noqa: E402
+from timing.model import ModelConstants  # noqa: E402
+from timing.replay import replay  # noqa: E402
+
+OPS = ("TLOAD", "TSTORE", "TMOV", "TEXTRACT", "TEXPANDS_L1", "TMATMUL", "TMATMUL_ACC", "TEXP")
+PIPE_BYTES_PER_S = 100e9
+K_SLOT = 1  # the K cache: HBM traffic
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """A stand-in for timing.costs.CostTables with numbers a reader can check by hand."""
+
+    frequency_hz: float = 1e9
+
+    def vector_cycles(self, op: str, dtype: str, rows: int, cols: int) -> float:
+        return float(rows * cols)
+
+    def matmul_cycles(self, m: int, k: int, n: int, dtype: str) -> float:
+        return float(m * k * n) / 4096
+
+    def transfer_cycles(self, pipe_key: str, nbytes: int) -> float:
+        return nbytes / PIPE_BYTES_PER_S * self.frequency_hz
+
+
+#: no floor, no latency, HBM far above one core's pipes unless a test lowers it
+CONSTANTS = ModelConstants(launch_floor_s=0.0, handoff_latency_s=0.0, hbm_peak_bytes_per_s=1e15, hbm_efficiency=1.0)
+
+
+def ev(core: int = 0, role: int = 0, kind: int = tr.EV_INSTR, pipe: int = tr.PIPE_MTE2, **fields: int) -> dict:
+    return {"core": core, "role": role, "kind": kind, "pipe": pipe, "slot": tr.NO_SLOT, **fields}
+
+
+def load(nbytes: int, burst: int | None = None, **kw: int) -> dict:
+    burst = burst or nbytes
+    return ev(op=OPS.index("TLOAD"), bytes=nbytes, burst_bytes=burst, bursts=nbytes // burst, slot=K_SLOT,
+              elem_bytes=2, rows=nbytes // burst, cols=burst // 2, **kw)
+
+
+def vec(elements: int, **kw: int) -> dict:
+    return ev(pipe=tr.PIPE_V, op=OPS.index("TEXP"), rows=1, cols=elements, elem_bytes=4, **kw)
+
+
+def make_trace(events: list[dict], block_dim: int = 1) -> tr.Trace:
+    arr = np.zeros(len(events), dtype=tr.TRACE_DTYPE)
+    for i, e in enumerate(events):
+        for name, value in e.items():
+            arr[i][name] = value
+    return tr.Trace(arr, OPS, block_dim)
+
+
+def predict_us(events: list[dict], constants: ModelConstants = CONSTANTS) -> float:
+    return replay(make_trace(events), RoundCosts(), constants).predicted_us
+
+
+def test_a_lone_load_takes_bytes_over_bandwidth() -> None:
+    assert predict_us([load(1_000_000)]) == pytest.approx(10.0)  # 1 MB at 100 GB/s
+
+
+def test_two_pipes_overlap_without_a_flag() -> None:
+    # 10 µs load on MTE2 and 5 µs of vector work on V, independent: the longer one
+    assert predict_us([load(1_000_000), vec(5_000)]) == pytest.approx(10.0)
+
+
+def test_a_flag_serialises_two_pipes() -> None:
+    events = [load(1_000_000), ev(kind=tr.EV_SET, pipe=tr.PIPE_MTE2, src=tr.PIPE_MTE2, dst=tr.PIPE_V, id=0),
+              ev(kind=tr.EV_WAIT, pipe=tr.PIPE_V, src=tr.PIPE_MTE2, dst=tr.PIPE_V, id=0), vec(5_000)]
+    assert predict_us(events) == pytest.approx(15.0)
+
+
+def test_cores_share_hbm() -> None:
+    # 24 cores x 1 MB at 100 GB/s each would take 10 µs; 24 MB through 1.2 TB/s of HBM take 20 µs
+    events = [load(1_000_000, core=c) for c in range(24)]
+    constants = replace(CONSTANTS, hbm_peak_bytes_per_s=1.5e12, hbm_efficiency=0.8)
+    pred = replay(make_trace(events, 24), RoundCosts(), constants)
+    assert pred.predicted_us == pytest.approx(20.0, rel=1e-3)
+    assert pred.bound == "HBM"
+    assert pred.hbm_stretch == pytest.approx(2.0, rel=1e-3)
+
+
+def test_short_strided_bursts_cost_more_than_one_long_burst() -> None:
+    long_us = predict_us([load(65536)])
+    short_us = predict_us([load(65536, burst=32)])
+    mid_us = predict_us([load(65536, burst=128)])
+    assert short_us == pytest.approx(long_us / CONSTANTS.dma_efficiency_32b)
+    assert long_us < mid_us < short_us
+    misaligned = predict_us([load(65536, gm_offset=16)])
+    assert misaligned == pytest.approx(long_us / CONSTANTS.dma_misaligned_factor)
+
+
+def test_a_hand_off_chain_pays_each_latency() -> None:
+    latency = 2e-6
+    constants = replace(CONSTANTS, handoff_latency_s=latency)
+    events = [
+        load(100_000),                                                                    # cube: 1 µs
+        ev(kind=tr.EV_SIGNAL, pipe=tr.PIPE_MTE2, dst=tr.TO_VECTORS, id=3),
+        ev(kind=tr.EV_XWAIT, pipe=tr.PIPE_ALL, dst=tr.TO_CUBE, id=4),                     # cube waits for both
+        load(100_000),                                                                    # then 1 µs more
+    ]
+    for sub in (1, 2):
+        events += [ev(role=sub, kind=tr.EV_XWAIT, pipe=tr.PIPE_ALL, dst=tr.TO_VECTORS, id=3),
+                   vec(3_000, role=sub),                                                  # 3 µs
+                   ev(role=sub, kind=tr.EV_SIGNAL, pipe=tr.PIPE_V, dst=tr.TO_CUBE, id=4)]
+    # 1 + 2 (latency) + 3 + 2 (latency) + 1
+    assert predict_us(events, constants) == pytest.approx(9.0)
+
+
+def test_launch_floor_is_added_once() -> None:
+    constants = replace(CONSTANTS, launch_floor_s=5e-6)
+    assert predict_us([load(1_000_000)], constants) == pytest.approx(15.0)
+
+
+def test_no_prediction_beats_the_hbm_bound() -> None:
+    events = [load(4_000_000, core=c) for c in range(24)]
+    pred = replay(make_trace(events, 24), RoundCosts(), replace(CONSTANTS, hbm_peak_bytes_per_s=1.6e12))
+    assert pred.predicted_us >= 24 * 4_000_000 / 1.6e12 * 1e6
+
+
+def test_perturbed_constants_scale_one_field() -> None:
+    k = ModelConstants()
+    assert k.perturbed("hbm_efficiency", 1.25).hbm_efficiency == pytest.approx(k.hbm_efficiency * 1.25)
+    assert "cube_cores" not in k.names()
+
+
+# ---- the simulation's trace ---------------------------------------------------------------------------------
+from test_sim_kernel import BASE, LIB, needs_sim, run_case  # noqa: E402
+
+
+@needs_sim
+def test_trace_mirror_matches_the_library() -> None:
+    lib = ctypes.CDLL(str(LIB))
+    tr.declare(lib)
+    assert lib.pa_sim_trace_event_bytes() == tr.TRACE_DTYPE.itemsize
+    names = tr.op_names(lib)
+    assert {"TLOAD", "TSTORE", "TMATMUL", "TROWMAX", "TCVT"} <= set(names)
+
+
+@needs_sim
+def test_a_simulated_launch_replays() -> None:
+    """A real trace: every role's stream ends, the prediction respects the HBM bound, K/V bursts are D·2 bytes."""
+    pytest.importorskip("timing.costs")
+    from timing.costs import load_cost_tables
+
+    try:
+        costs = load_cost_tables()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4}
+    lib = ctypes.CDLL(str(LIB))
+    trace = tr.capture(lib, lambda: run_case(case), 4)
+    kinds = set(trace.events["kind"].tolist())
+    assert {tr.EV_INSTR, tr.EV_SET, tr.EV_WAIT, tr.EV_SIGNAL, tr.EV_XWAIT} <= kinds
+    loads = trace.events[(trace.events["op"] == trace.op_names.index("TLOAD")) & (trace.events["slot"] == K_SLOT)]
+    assert len(loads) and set(loads["burst_bytes"].tolist()) == {128 * 2}
+    pred = replay(trace, costs)
+    assert pred.predicted_us * 1e-6 >= pred.hbm_bytes / 1.6e12
+    assert len(pred.end_s) == 4 * 3

@@ -1,0 +1,295 @@
+"""Replays a launch's instruction trace on a model of an A2 and predicts its device time.
+
+The model, in the order it is applied:
+
+* each core role (cube, vector 0, vector 1 of every cluster) issues its events in program order from a scalar
+  unit into in-order pipe queues (MTE2, MTE1, M, FIX, V, MTE3, S); an instruction starts when its queue is free
+  and every wait before it on that queue is satisfied, and lasts what ``Pricer`` charges;
+* ``set_flag`` happens on the source queue once its earlier work is done; ``wait_flag`` holds the destination
+  queue until the matching set (first in, first out per flag); a cross-core signal happens on its pipe's queue
+  plus the hand-off latency; a cross-core wait (and the all-vector barrier) holds every later instruction of
+  the role; scalar reads stall the issue;
+* global memory is shared: K/V, Q, O and block-table bytes come from HBM; scratch and split partials from L2.
+  When the cores' combined HBM demand over the launch exceeds nominal bandwidth x efficiency, every HBM transfer
+  is stretched by that ratio and the trace replayed again, until the two agree;
+* a launch floor is added once.
+
+Nothing here is measured on a device: every output is a prediction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from timing.costs import CostTables
+from timing.model import DEFAULT, ModelConstants
+from timing.trace import (
+    EV_ALLVEC,
+    EV_BARRIER,
+    EV_INSTR,
+    EV_SET,
+    EV_SIGNAL,
+    EV_WAIT,
+    EV_XWAIT,
+    PIPE_ALL,
+    PIPE_FIX,
+    PIPE_MTE1,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_S,
+    PIPES,
+    ROLES,
+    TO_VECTORS,
+    Trace,
+)
+
+#: GM slots whose traffic is scratch or split partials (kernel ABI: s, p, o_tmp, o_core, l), served from L2
+SCRATCH_SLOTS = frozenset({14, 15, 16, 18, 19})
+#: pto-isa's pipe keys for each transfer, by (op, pipe)
+TRANSFER_KEYS = {("TLOAD", PIPE_MTE2): "GM_TO_L1", ("TSTORE", PIPE_FIX): "L0C_TO_GM", ("TSTORE", PIPE_MTE3): "UB_TO_GM",
+                 ("TMOV", PIPE_MTE1): "L1_TO_L0B", ("TEXTRACT", PIPE_MTE1): "L1_TO_L0A"}
+DTYPES = {2: "fp16", 4: "fp32"}
+
+
+@dataclass(frozen=True)
+class Priced:
+    seconds: float
+    hbm_bytes: int = 0
+
+
+class Pricer:
+    """What each instruction costs on an A2: pto-isa's cycle tables plus the model's DMA and memory terms."""
+
+    def __init__(self, costs: CostTables, constants: ModelConstants, op_names: tuple[str, ...]) -> None:
+        self.costs, self.k, self.op_names = costs, constants, op_names
+        self.cycle_s = 1.0 / costs.frequency_hz
+
+    def dma_efficiency(self, burst_bytes: int, offset: int) -> float:
+        """Efficiency of a burst of ``burst_bytes``: 1 from the full-efficiency length on, falling linearly in
+        log2 length to ``dma_efficiency_32b`` at 32 bytes; a start off a 32-byte boundary costs a factor more."""
+        k = self.k
+        full = k.dma_full_efficiency_burst_bytes
+        b = max(1, burst_bytes)
+        if b >= full:
+            eff = 1.0
+        else:
+            span = np.log2(full) - np.log2(32)
+            eff = k.dma_efficiency_32b + (1 - k.dma_efficiency_32b) * max(0.0, np.log2(b) - np.log2(32)) / span
+            if b < 32:
+                eff = k.dma_efficiency_32b * b / 32
+        return eff * (k.dma_misaligned_factor if offset % 32 else 1.0)
+
+    def price(self, ev: np.void | dict) -> Priced:
+        op = self.op_names[ev["op"]] if ev["op"] < len(self.op_names) else "?"
+        pipe, rows, cols = int(ev["pipe"]), int(ev["rows"]), int(ev["cols"])
+        dtype = DTYPES.get(int(ev["elem_bytes"]), "fp32")
+        if op in ("TLOAD", "TSTORE"):
+            key = "GM_TO_UB" if op == "TLOAD" and ev["slot"] in SCRATCH_SLOTS and pipe == PIPE_MTE2 else None
+            key = key or TRANSFER_KEYS.get((op, pipe), "GM_TO_L1")
+            nbytes = int(ev["bytes"])
+            seconds = self.costs.transfer_cycles(key, nbytes) * self.cycle_s
+            seconds /= self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
+            if int(ev["slot"]) in SCRATCH_SLOTS:
+                return Priced(max(seconds, nbytes / self.k.l2_bytes_per_s_per_core))
+            return Priced(seconds, hbm_bytes=nbytes)
+        if op in ("TMOV", "TEXTRACT"):
+            return Priced(self.costs.transfer_cycles(TRANSFER_KEYS[(op, PIPE_MTE1)], int(ev["bytes"])) * self.cycle_s)
+        if op == "TEXPANDS_L1":
+            return Priced(self.costs.transfer_cycles("L1_FILL", int(ev["bytes"])) * self.cycle_s)
+        if op in ("TMATMUL", "TMATMUL_ACC"):
+            return Priced(self.costs.matmul_cycles(rows, int(ev["k"]), cols, dtype) * self.cycle_s)
+        if op == "scalar GM read":
+            return Priced(self.k.scalar_gm_read_s)
+        if op == "GetValue":
+            return Priced(self.k.scalar_ub_read_s)
+        return Priced(self.costs.vector_cycles(op, dtype, rows, cols) * self.cycle_s)
+
+
+@dataclass
+class Prediction:
+    """A predicted launch: device µs, the bound, and where the time went."""
+
+    predicted_us: float
+    bound: str
+    hbm_bytes: int
+    hbm_stretch: float
+    busy_s: dict[tuple[int, int, int], float] = field(repr=False)       # (core, role, pipe) -> busy seconds
+    end_s: dict[tuple[int, int], float] = field(repr=False)              # (core, role) -> last event end
+    spans: list[tuple[int, int, int, str, float, float]] = field(repr=False, default_factory=list)
+
+    def tb_per_s(self, model_bytes: int) -> float:
+        return model_bytes / (self.predicted_us * 1e-6) / 1e12
+
+
+#: per event, the fields the replay reads, as a tuple: kind, pipe, src, dst, id, op, then what prices it
+_FIELDS = ("kind", "pipe", "src", "dst", "id", "op")
+_PRICE_FIELDS = ("op", "pipe", "rows", "cols", "k", "elem_bytes", "bytes", "slot", "burst_bytes", "gm_offset")
+
+
+def _rows(evs: np.ndarray) -> list[tuple]:
+    cols = [evs[f].tolist() for f in _FIELDS + _PRICE_FIELDS]
+    return list(zip(*cols, strict=True))
+
+
+class _Role:
+    """Replay state of one core role."""
+
+    def __init__(self, key: tuple[int, int], events: list[tuple], prices: list[Priced]) -> None:
+        self.key, self.events, self.prices = key, events, prices
+        self.pos = 0
+        self.issue = 0.0
+        self.free = [0.0] * len(PIPES)   # queue free from
+        self.ready = [0.0] * len(PIPES)  # queue held by waits until
+        self.busy = [0.0] * len(PIPES)
+        self.arrived: set[int] = set()  # all-vector barrier generations this role has signalled
+
+
+def replay(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT, *, keep_spans: bool = False,
+           max_rounds: int = 6) -> Prediction:
+    """Predicts the launch of ``trace`` (see the module docstring for the model)."""
+    pricer = Pricer(costs, constants, trace.op_names)
+    streams = {key: _rows(evs) for key, evs in trace.streams().items()}
+    cache: dict[tuple, Priced] = {}
+    prices = {}
+    for key, evs in streams.items():
+        out = []
+        for ev in evs:
+            if ev[0] != EV_INSTR:
+                out.append(Priced(0.0))
+                continue
+            sig = ev[6:]
+            if sig not in cache:
+                cache[sig] = pricer.price(dict(zip(_PRICE_FIELDS, sig, strict=True)))
+            out.append(cache[sig])
+        prices[key] = out
+    hbm_bytes = sum(p.hbm_bytes for ps in prices.values() for p in ps)
+    hbm_rate = constants.hbm_peak_bytes_per_s * constants.hbm_efficiency
+    stretch = 1.0
+    result = _run(streams, prices, constants, stretch, keep_spans)
+    for _ in range(max_rounds):
+        makespan = max(result[1].values(), default=0.0)
+        need = hbm_bytes / hbm_rate if hbm_rate > 0 else 0.0
+        if makespan <= 0 or need <= makespan * 1.001:
+            break
+        stretch *= need / makespan
+        result = _run(streams, prices, constants, stretch, keep_spans)
+    busy, end, spans = result
+    makespan = max(end.values(), default=0.0)
+    makespan = max(makespan, hbm_bytes / hbm_rate if hbm_rate > 0 else 0.0)
+    total = makespan + constants.launch_floor_s
+    return Prediction(total * 1e6, _bound(busy, end, makespan, stretch), hbm_bytes, stretch, busy, end, spans)
+
+
+def _run(streams: dict[tuple[int, int], list[tuple]], prices: dict[tuple[int, int], list[Priced]],
+         k: ModelConstants, stretch: float, keep_spans: bool):
+    roles = {key: _Role(key, evs, prices[key]) for key, evs in streams.items()}
+    flags: dict[tuple, deque[float]] = defaultdict(deque)     # intra-core (core, role, src, dst, id)
+    cross: dict[tuple, deque[float]] = defaultdict(deque)     # (core, id, direction, sub-core)
+    barrier: dict[int, list[float]] = defaultdict(list)       # all-vector barrier generation -> arrival times
+    barrier_gen: dict[tuple[int, int], int] = defaultdict(int)
+    vectors = sum(1 for (_, role) in roles if role != 0)
+    spans: list = []
+    pending = list(roles.values())
+    while pending:
+        progressed = False
+        for r in pending:
+            progressed |= _advance(r, roles, flags, cross, barrier, barrier_gen, vectors, k, stretch, spans,
+                                   keep_spans)
+        pending = [r for r in pending if r.pos < len(r.events)]
+        if pending and not progressed:
+            raise RuntimeError("trace replay is stuck: a wait has no matching signal in the trace")
+    busy = {(c, ro, p): r.busy[p] for (c, ro), r in roles.items() for p in range(len(PIPES))}
+    end = {key: max(max(r.free), r.issue) for key, r in roles.items()}
+    return busy, end, spans
+
+
+def _advance(r: _Role, roles, flags, cross, barrier, barrier_gen, vectors: int, k: ModelConstants, stretch: float,
+             spans: list, keep_spans: bool) -> bool:
+    core, role = r.key
+    moved = False
+    while r.pos < len(r.events):
+        kind, pipe, src, dst, fid, op = r.events[r.pos][:6]
+        if kind == EV_INSTR:
+            price = r.prices[r.pos]
+            seconds = price.seconds * (stretch if price.hbm_bytes else 1.0)
+            start = max(r.issue, r.free[pipe], r.ready[pipe])
+            r.free[pipe] = start + seconds
+            r.busy[pipe] += seconds
+            if pipe == PIPE_S:
+                r.issue = r.free[pipe]  # the scalar unit waits for its own reads
+            if keep_spans:
+                spans.append((core, role, pipe, op, start, start + seconds))
+        elif kind == EV_SET:
+            t = max(r.issue, r.free[src], r.ready[src])
+            r.free[src] = t
+            flags[(core, role, src, dst, fid)].append(t)
+        elif kind == EV_WAIT:
+            q = flags[(core, role, src, dst, fid)]
+            if not q:
+                return moved  # its set is later in program order than this wait: not in our kernels
+            r.ready[dst] = max(r.ready[dst], q.popleft())
+        elif kind == EV_BARRIER and pipe == PIPE_ALL:
+            t = max(max(r.free), r.issue)
+            r.ready = [max(x, t) for x in r.ready]
+        elif kind == EV_SIGNAL:
+            t = max(r.issue, r.free[pipe], r.ready[pipe])
+            r.free[pipe] = t
+            direction = dst
+            subs = (0, 1) if direction == TO_VECTORS else (role - 1,)
+            for sub in subs:
+                cross[(core, fid, direction, sub)].append(t + k.handoff_latency_s)
+        elif kind == EV_XWAIT:
+            direction = dst
+            subs = (role - 1,) if direction == TO_VECTORS else (0, 1)
+            queues = [cross[(core, fid, direction, sub)] for sub in subs]
+            if not all(queues):
+                return moved
+            t = max(q.popleft() for q in queues)
+            _hold(r, t)
+        elif kind == EV_ALLVEC:
+            gen = barrier_gen[r.key]
+            if gen not in r.arrived:
+                t = max(r.issue, r.free[pipe], r.ready[pipe])
+                barrier[gen].append(t + k.handoff_latency_s)
+                r.free[pipe] = t
+                r.arrived.add(gen)
+                moved = True
+            if len(barrier[gen]) < vectors:
+                return moved  # arrived; the others have not
+            _hold(r, max(barrier[gen]))
+            barrier_gen[r.key] = gen + 1
+        r.pos += 1
+        moved = True
+    return moved
+
+
+def _hold(r: _Role, t: float) -> None:
+    r.issue = max(r.issue, t)
+    r.ready = [max(x, t) for x in r.ready]
+
+
+def _bound(busy: dict, end: dict, makespan: float, stretch: float) -> str:
+    """What limits the launch, in the order the model can tell them apart."""
+    if stretch > 1.001:
+        return "HBM"
+    if makespan <= 0:
+        return "launch floor"
+    ends = np.array(list(end.values()))
+    imbalanced = ends.max() > 1.15 * ends.mean()
+    slowest = max(end, key=end.get)
+    per_pipe = {p: busy[(slowest[0], slowest[1], p)] for p in range(len(PIPES))}
+    pipe = max(per_pipe, key=per_pipe.get)
+    if per_pipe[pipe] < 0.6 * end[slowest]:
+        return "load imbalance" if imbalanced else "hand-off latency"
+    name = PIPES[pipe]
+    if name in ("MTE2", "MTE3", "FIX"):
+        return "DMA (MTE)" if name == "MTE2" else f"MTE ({name})"
+    return {"M": "cube", "V": "vector", "MTE1": "MTE (MTE1)", "S": "scalar"}.get(name, name)
+
+
+def roles_of(keys: Iterable[tuple[int, int]]) -> list[str]:
+    return [f"core {c} {ROLES[r]}" for c, r in keys]
