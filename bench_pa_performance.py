@@ -106,6 +106,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     out.add_argument("--compare", metavar="BASELINE.json", help="regression gate against a saved --json")
     out.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE_PERCENT, metavar="PCT",
                      help="allowed slow-down per shape in percent (default %(default)s)")
+    out.add_argument("--predict", action="store_true",
+                     help="predict each pa-kit launch's NPU time with the timing model (implies --backend sim; "
+                          "a prediction, not a measurement: docs/TIMING_MODEL.md)")
+    out.add_argument("--trace", metavar="FILE.json",
+                     help="with --predict: write the replay as a Chrome/Perfetto trace (a track per core and pipe)")
     out.add_argument("--plot", metavar="FILE.png", help="TB/s against batch and context (needs matplotlib)")
     return p.parse_args(argv)
 
@@ -173,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{s.shape_id}  lengths {min(s.context_lens)}..{s.max_context} "
                       f"({bytes_model.traffic(s).total_bytes / 1e6:.1f} MB)")
             return 0
-        backend = args.backend or default_backend()
+        if args.trace and not args.predict:
+            raise ValueError("--trace needs --predict")
+        if args.predict and args.backend not in (None, "sim"):
+            raise ValueError(f"--predict runs the simulation (--backend sim), got --backend {args.backend}")
+        backend = "sim" if args.predict else args.backend or default_backend()
         baselines = select_baselines(args, backend)
         externals = tuple(parse_external(spec) for spec in args.external)
         names = [name for name, _ in externals]
@@ -197,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_REFUSED
     options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
                            core_count=args.core_count, strategy=args.strategy,
-                           batch_invariant=args.batch_invariant, externals=externals)
+                           batch_invariant=args.batch_invariant, externals=externals, predict=args.predict,
+                           keep_spans=bool(args.trace))
     overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)
     log(f"launch overhead: {overhead.runner_noop_us or 0:.2f} µs per runner launch into call_kernel_noop "
         f"({overhead.split_kv_runner_noop_us or 0:.2f} µs split-KV, {overhead.run_noop_us or 0:.2f} µs per run() "
@@ -223,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         extras=extras,
     )
     print(render(report), flush=True)
+    if args.trace:
+        from benchmark.predict import write_chrome_trace
+
+        write_chrome_trace(args.trace, suite.predictions)
+        log(f"wrote {args.trace} (timing-model replay: open in Perfetto)")
     if args.json:
         write_json(report, args.json)
         log(f"wrote {args.json}")

@@ -67,6 +67,10 @@ class BenchRecord:
     host_launch_us: float | None = None
     #: Per-launch counters a backend reports (the simulation: bytes moved, hand-offs, on-chip use).
     device_figures: dict[str, Any] | None = None
+    #: ``--predict``: the timing model's predicted NPU µs of this launch (a prediction, not a measurement).
+    predicted_us: float | None = None
+    #: ``--predict``: the prediction's details (TB/s, % of HBM, bound, IFA's published time, speed-up over it).
+    prediction: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -229,6 +233,10 @@ def render_device_figures(records: tuple[BenchRecord, ...] | list[BenchRecord]) 
 
 
 def render(report: BenchReport) -> str:
+    from benchmark.predict import render_predictions
+
     parts = [render_header(report), "", render_table(report.records), "", LEGEND]
-    figures = render_device_figures(report.records)
-    return "\n".join([*parts, "", figures] if figures else parts)
+    for extra in (render_device_figures(report.records), render_predictions(report.records)):
+        if extra:
+            parts += ["", extra]
+    return "\n".join(parts)

@@ -26,6 +26,7 @@ from benchmark.baselines import (
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
+from benchmark.predict import Predicted, predict
 from benchmark.report import PA_KIT, STATUS_INACCURATE, STATUS_OK, BenchRecord, LaunchOverhead
 from benchmark.shapes import BenchShape, uniform_shape
 from benchmark.sim_figures import read_sim_figures
@@ -53,6 +54,10 @@ class SuiteOptions:
     batch_invariant: bool = False
     #: (row name, library path) of external ATB-ABI kernels timed beside pa-kit.
     externals: tuple[tuple[str, str], ...] = ()
+    #: ``--predict``: record the pa-kit accuracy launch's trace in the simulation and replay it (timing/).
+    predict: bool = False
+    #: keep the replays' spans for ``--trace``
+    keep_spans: bool = False
 
 
 def device_for(backend: str) -> str:
@@ -152,6 +157,8 @@ class Suite:
         else:
             self.timer = HostTimer(options.policy, flush)
         self.torch_npu = None
+        #: (shape id, prediction) of every pa-kit launch predicted with ``--predict``
+        self.predictions: list[tuple[str, Predicted]] = []
         if options.backend == "npu":
             import torch_npu
 
@@ -202,13 +209,22 @@ class Suite:
                  reference: Reference, traffic: bytes_model.TrafficModel) -> BenchRecord:
         shape = case.shape
         record = _base_record(shape, name, traffic, STATUS_OK)
+        predicted = None
         try:
             launch, plan, runner = prepare()
-            error = max_abs_error(launch(), reference)
+            if self.options.predict and name == PA_KIT:
+                out, predicted = predict(runner.library.handle, launch, runner.plan.block_dim, shape.shape_id,
+                                         traffic.total_bytes, self.options.keep_spans)
+                self.predictions.append((shape.shape_id, predicted))
+            else:
+                out = launch()
+            error = max_abs_error(out, reference)
         except Exception as exc:  # any failure of one implementation is reported, not fatal
             self.log(f"  {shape.shape_id:<44} {name:<14} failed: {type(exc).__name__}: {exc}")
             return replace(record, status=f"error: {type(exc).__name__}: {exc}")
         record = replace(record, max_abs_error=error, plan=plan)
+        if predicted is not None:
+            record = replace(record, predicted_us=predicted.figures["predicted_us"], prediction=predicted.figures)
         if not within_tolerance(error, reference):
             self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}, not timed")
             return replace(record, status=STATUS_INACCURATE)

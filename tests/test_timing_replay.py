@@ -179,3 +179,28 @@ def test_a_simulated_launch_replays() -> None:
     pred = replay(trace, costs)
     assert pred.predicted_us * 1e-6 >= pred.hbm_bytes / 1.6e12
     assert len(pred.end_s) == 4 * 3
+
+
+@needs_sim
+def test_bench_predict_writes_predictions_and_a_trace(tmp_path: Path) -> None:
+    """``--predict`` on a small shape: the pa-kit record carries predicted_us and the trace opens as JSON."""
+    pytest.importorskip("timing.costs")
+    import json
+
+    from bench_pa_performance import main
+
+    out, trace_file = tmp_path / "r.json", tmp_path / "t.json"
+    rc = main(["--predict", "--batch", "2", "--heads", "8", "--kv-heads", "2", "--head-dim", "64", "--ctx", "300",
+               "--baselines", "none", "--iters", "1", "--warmup", "0", "--json", str(out), "--trace", str(trace_file)])
+    assert rc == 0
+    records = [r for r in json.loads(out.read_text())["records"] if r["implementation"] == "pa-kit"]
+    assert records and records[0]["predicted_us"] > 0 and records[0]["prediction"]["bound"]
+    spans = [e for e in json.loads(trace_file.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert spans and {e["name"] for e in spans} >= {"TLOAD", "TMATMUL"}
+
+
+def test_predict_refuses_another_backend() -> None:
+    from bench_pa_performance import main
+
+    assert main(["--predict", "--backend", "mock", "--batch", "1", "--baselines", "none"]) != 0
+    assert main(["--trace", "x.json", "--batch", "1", "--baselines", "none"]) != 0

@@ -1,0 +1,106 @@
+"""``bench_pa_performance.py --predict``: the timing model's predicted NPU time of each pa-kit launch.
+
+The simulation records the accuracy launch's instruction trace, ``timing.replay`` prices it on an A2 model, and
+the record gets ``predicted_us`` with the bound and, for a published shape, IFA's published time and the predicted
+speed-up over it.  ``--trace FILE.json`` writes the replay as a Chrome/Perfetto trace: a process per core, a
+track per role and pipe.  Every figure here is a prediction of the model in ``timing/``, not a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from timing import trace as tr
+from timing.model import DEFAULT
+from timing.replay import Prediction, replay
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "timing" / "published.json"
+HBM_NOMINAL_BYTES_PER_S = DEFAULT.hbm_peak_bytes_per_s
+
+
+@dataclass
+class Predicted:
+    """What a record carries: the prediction and, when asked for, the replay's spans for the trace file."""
+
+    figures: dict[str, Any]
+    spans: list[tuple[int, int, int, int, float, float]]
+    op_names: tuple[str, ...]
+
+
+@cache
+def _published() -> tuple[dict[str, Any], ...]:
+    if not PUBLISHED.exists():
+        return ()
+    return tuple(json.loads(PUBLISHED.read_text())["records"])
+
+
+def published_ifa_us(shape_id: str) -> float | None:
+    """IFA's published time for this shape (the target to beat), or None."""
+    for rec in _published():
+        if rec.get("shape_id") == shape_id and rec.get("role") == "target":
+            return float(rec["time_us"])
+    return None
+
+
+def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: str, total_bytes: int,
+            keep_spans: bool) -> tuple[Any, Predicted]:
+    """Runs ``launch`` once with the trace on; returns its output and the prediction of its device time."""
+    from timing.costs import load_cost_tables
+
+    out: list[Any] = []
+    trace = tr.capture(handle, lambda: out.append(launch()), block_dim)
+    pred: Prediction = replay(trace, load_cost_tables(), keep_spans=keep_spans)
+    tb_s = pred.tb_per_s(total_bytes)
+    figures: dict[str, Any] = {
+        "predicted_us": round(pred.predicted_us, 2), "predicted_tb_per_s": round(tb_s, 4),
+        "predicted_percent_of_hbm": round(100 * tb_s * 1e12 / HBM_NOMINAL_BYTES_PER_S, 1),
+        "bound": pred.bound, "hbm_stretch": round(pred.hbm_stretch, 3), "events": len(trace.events),
+    }
+    ifa = published_ifa_us(shape_id)
+    if ifa is not None:
+        figures["ifa_published_us"] = ifa
+        figures["predicted_speedup_vs_ifa"] = round(ifa / pred.predicted_us, 3)
+    return out[0], Predicted(figures, pred.spans, trace.op_names)
+
+
+def write_chrome_trace(path: str, predictions: list[tuple[str, Predicted]]) -> None:
+    """The replays as Chrome trace events (open in Perfetto or chrome://tracing): µs, one track per pipe."""
+    events: list[dict[str, Any]] = []
+    for index, (shape_id, p) in enumerate(predictions):
+        seen: set[tuple[int, int, int]] = set()
+        for core, role, pipe, op, start, end in p.spans:
+            pid, tid = index * 1000 + core, role * 8 + pipe
+            if (core, role, pipe) not in seen:
+                seen.add((core, role, pipe))
+                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                               "args": {"name": f"{tr.ROLES[role]} {tr.PIPES[pipe]}"}})
+                events.append({"ph": "M", "name": "process_name", "pid": pid,
+                               "args": {"name": f"{shape_id} core {core}"}})
+            name = p.op_names[op] if op < len(p.op_names) else "?"
+            events.append({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": start * 1e6,
+                           "dur": (end - start) * 1e6})
+    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns",
+                                      "otherData": {"note": "timing-model prediction, not a measurement"}}))
+
+
+def render_predictions(records: Any) -> str:
+    """The table of predicted device times, below the measured one."""
+    rows = [r for r in records if getattr(r, "prediction", None)]
+    if not rows:
+        return ""
+    lines = ["predicted NPU time (timing model of an A2, a prediction, not a measurement; docs/TIMING_MODEL.md):",
+             "| shape | predicted µs | TB/s | % of HBM | bound | IFA published µs | predicted speed-up |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r.prediction
+        ifa = p.get("ifa_published_us")
+        speed = p.get("predicted_speedup_vs_ifa")
+        lines.append(f"| {r.shape_id} | {p['predicted_us']:.1f} | {p['predicted_tb_per_s']:.3f} | "
+                     f"{p['predicted_percent_of_hbm']:.0f} | {p['bound']} | {'-' if ifa is None else ifa} | "
+                     f"{'-' if speed is None else f'{speed:.2f}x'} |")
+    return "\n".join(lines)
