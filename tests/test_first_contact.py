@@ -159,5 +159,8 @@ def test_predictions_files_of_either_form_are_read(tmp_path):
     path.write_text(json.dumps({"a": 1.5, "b": {"predicted_us": 2.0, "low_us": 1.0, "high_us": 3.0}}))
     found, _ = contact_report.load_predictions(path)
     assert found == {"a": contact_report.Prediction(1.5), "b": contact_report.Prediction(2.0, 1.0, 3.0)}
+    path.write_text(json.dumps({"description": "x", "shapes": [
+        {"shape_id": "c", "predicted_us": 4.0, "band_us": [3.0, 6.0]}]}))
+    assert contact_report.load_predictions(path)[0] == {"c": contact_report.Prediction(4.0, 3.0, 6.0)}
     path.write_text("not json")
     assert "unreadable" in contact_report.load_predictions(path)[1]

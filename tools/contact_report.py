@@ -5,9 +5,9 @@ machine: it needs only the benchmark's ``--json`` output, ``timing/predictions.j
 ``timing/published.json``.
 
 ``timing/predictions.json`` is written when the timing model is frozen (docs/TIMING_MODEL.md, rule 6). This
-reader accepts its records as a list under ``"predictions"`` (or ``"records"``) of objects with ``shape_id``
-and ``predicted_us`` (optionally ``low_us`` / ``high_us``, the band), or as a mapping from shape id to a number
-or to such an object, so that the table does not depend on details of the file not yet settled.
+reader accepts its records as a list under ``"shapes"`` (what ``python -m timing.predictions`` writes),
+``"predictions"`` or ``"records"`` of objects with ``shape_id`` and ``predicted_us`` (the band as ``band_us``
+[low, high] or ``low_us`` / ``high_us``), or as a mapping from shape id to a number or to such an object.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def _prediction(value: Any) -> Prediction | None:
         return Prediction(float(value))
     if isinstance(value, dict) and isinstance(value.get("predicted_us"), int | float):
         low, high = value.get("low_us"), value.get("high_us")
+        band = value.get("band_us")
+        if isinstance(band, list) and len(band) == 2:
+            low, high = band
         return Prediction(float(value["predicted_us"]), None if low is None else float(low),
                           None if high is None else float(high))
     return None
@@ -89,7 +92,7 @@ def load_predictions(path: Path = PREDICTIONS) -> tuple[dict[str, Prediction], s
         return {}, f"{path} is unreadable: {error}"
     entries: Any = data
     if isinstance(data, dict):
-        entries = data.get("predictions", data.get("records", data))
+        entries = next((data[key] for key in ("shapes", "predictions", "records") if key in data), data)
     found: dict[str, Prediction] = {}
     if isinstance(entries, list):
         for item in entries:
