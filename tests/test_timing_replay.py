@@ -108,8 +108,9 @@ def test_short_strided_bursts_cost_more_than_one_long_burst() -> None:
     mid_us = predict_us([load(65536, burst=128)])
     assert short_us == pytest.approx(long_us / CONSTANTS.dma_efficiency_32b)
     assert long_us < mid_us < short_us
-    misaligned = predict_us([load(65536, gm_offset=16)])
-    assert misaligned == pytest.approx(long_us / CONSTANTS.dma_misaligned_factor)
+    # a long burst whose start is only 32-byte aligned is priced as 32-byte bursts
+    assert predict_us([load(65536, gm_offset=32)]) == pytest.approx(short_us)
+    assert predict_us([load(65536, gm_offset=1024)]) == pytest.approx(long_us)
 
 
 def test_a_hand_off_chain_pays_each_latency() -> None:
@@ -144,6 +145,16 @@ def test_perturbed_constants_scale_one_field() -> None:
     k = ModelConstants()
     assert k.perturbed("hbm_efficiency", 1.25).hbm_efficiency == pytest.approx(k.hbm_efficiency * 1.25)
     assert "cube_cores" not in k.names()
+
+
+def test_band_ends_bracket_the_nominal_prediction() -> None:
+    from timing.model import at_band_end
+
+    events = [load(1_000_000, burst=256, core=c) for c in range(24)] + [vec(2_000)]
+    nominal = predict_us(events, ModelConstants())
+    fast = predict_us(events, at_band_end(ModelConstants(), 0))
+    slow = predict_us(events, at_band_end(ModelConstants(), 1))
+    assert fast < nominal < slow
 
 
 # ---- the simulation's trace ---------------------------------------------------------------------------------

@@ -13,28 +13,34 @@ from dataclasses import dataclass, fields, replace
 
 @dataclass(frozen=True)
 class ModelConstants:
+    """Values before device contact, as docs/TIMING_MODEL.md ("Constants and what constrains each") sets them."""
+
     #: cube cores of a 910B-class A2 (each with two vector sub-cores)
     cube_cores: int = 24
-    #: HBM nominal bandwidth of an A2 (Atlas 800T/I A2), decimal bytes/s
+    #: HBM nominal bandwidth of an A2, decimal bytes/s (the floor of every prediction: rule 4)
     hbm_peak_bytes_per_s: float = 1.6e12
-    #: the share of nominal HBM bandwidth all cores together can draw (DMA and DRAM overheads)
-    hbm_efficiency: float = 0.80
-    #: DMA efficiency of a 32-byte aligned burst relative to a long one (vendor best-practice guides: ~70 %)
+    #: sustained share of nominal HBM all cores draw together; eta x e(256 B) = 1.126 / 1.6, the best measured
+    #: kernel of our access pattern (rule 3's envelope)
+    hbm_efficiency: float = 0.76
+    #: DMA efficiency of a 32-byte burst relative to one of 512 bytes or more (vendor best-practice guides)
     dma_efficiency_32b: float = 0.70
     #: burst length from which a GM transfer runs at full DMA efficiency
     dma_full_efficiency_burst_bytes: int = 512
-    #: extra efficiency loss of a burst whose start is not 32-byte aligned
-    dma_misaligned_factor: float = 0.85
-    #: one cube<->vector hand-off: FFTS flag plus the GM (L2) round trip it orders
-    handoff_latency_s: float = 1.5e-6
-    #: fixed cost of a launch: kernel start on all cores and the end barrier
-    launch_floor_s: float = 12e-6
+    #: per-core MTE2 rate as a factor of pto-isa's GM->L1 / GM->UB bandwidths (Ascend910B2.ini: 0.41)
+    mte2_rate_factor: float = 1.0
+    #: one cube<->vector hand-off: FIX store -> FFTS flag -> MTE2 load of the same scratch (a prior)
+    handoff_latency_s: float = 1.0e-6
+    #: device side of a launch: first core starts -> last core ends, beyond the work (a prior)
+    launch_floor_s: float = 5e-6
     #: a scalar read of GM (tiling words, block-table entries) through the scalar cache
     scalar_gm_read_s: float = 0.15e-6
     #: a scalar read of UB after a vector result (GetValue)
     scalar_ub_read_s: float = 0.02e-6
-    #: bandwidth of scratch traffic (s/p/o_tmp/o_core/l) served from L2 rather than HBM, per core, bytes/s
-    l2_bytes_per_s_per_core: float = 110e9
+    #: L2 rate per core for scratch (s/p/o_tmp/o_core/l): 110 bytes/cycle at 1.85 GHz (Ascend910B2.ini)
+    l2_bytes_per_s_per_core: float = 110 * 1.85e9
+    #: factors on pto-isa's vector and cube cycle tables (the band varies them)
+    vector_cost_factor: float = 1.0
+    cube_cost_factor: float = 1.0
 
     def perturbed(self, name: str, factor: float) -> ModelConstants:
         """The same constants with ``name`` multiplied by ``factor`` (integers stay integers)."""
@@ -47,3 +53,28 @@ class ModelConstants:
 
 
 DEFAULT = ModelConstants()
+
+#: Each constant's band (docs/TIMING_MODEL.md): (factor at the optimistic end, factor at the pessimistic end).
+#: The DMA curve's band is on its loss (1 - e), so it is applied to dma_efficiency_32b through ``loss_factor``.
+BANDS: dict[str, tuple[float, float]] = {
+    "hbm_efficiency": (1.126 / (1.6 * 0.76 * 0.93), 0.75),  # the top end capped by the envelope (rule 3)
+    "dma_efficiency_32b": (0.75, 1.25),                      # factors on the loss 1 - e
+    "mte2_rate_factor": (1.0, 59.0 / 145.0),                 # pto-isa's rate .. Ascend910B2.ini's
+    "handoff_latency_s": (0.5, 2.0),
+    "launch_floor_s": (0.5, 2.0),
+    "l2_bytes_per_s_per_core": (1.25, 0.75),
+    "vector_cost_factor": (0.75, 1.25),
+    "cube_cost_factor": (0.75, 1.25),
+}
+
+
+def at_band_end(constants: ModelConstants, end: int) -> ModelConstants:
+    """All constants at once at one end of their bands: 0 optimistic, 1 pessimistic (rule 5)."""
+    out = constants
+    for name, factors in BANDS.items():
+        f = factors[end]
+        if name == "dma_efficiency_32b":
+            out = replace(out, dma_efficiency_32b=1.0 - (1.0 - out.dma_efficiency_32b) * f)
+        else:
+            out = out.perturbed(name, f)
+    return out

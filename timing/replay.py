@@ -69,19 +69,19 @@ class Pricer:
         self.cycle_s = 1.0 / costs.frequency_hz
 
     def dma_efficiency(self, burst_bytes: int, offset: int) -> float:
-        """Efficiency of a burst of ``burst_bytes``: 1 from the full-efficiency length on, falling linearly in
-        log2 length to ``dma_efficiency_32b`` at 32 bytes; a start off a 32-byte boundary costs a factor more."""
+        """Efficiency of a burst: 1 from the full-efficiency length on, falling linearly in log2 length to
+        ``dma_efficiency_32b`` at 32 bytes, below that in proportion.  A burst counts as no longer than the
+        alignment of its start (a 256-byte row at a 32-byte boundary is priced as a 32-byte burst)."""
         k = self.k
         full = k.dma_full_efficiency_burst_bytes
-        b = max(1, burst_bytes)
+        align = offset & -offset if offset else full
+        b = max(1, min(burst_bytes, align))
         if b >= full:
-            eff = 1.0
-        else:
-            span = np.log2(full) - np.log2(32)
-            eff = k.dma_efficiency_32b + (1 - k.dma_efficiency_32b) * max(0.0, np.log2(b) - np.log2(32)) / span
-            if b < 32:
-                eff = k.dma_efficiency_32b * b / 32
-        return eff * (k.dma_misaligned_factor if offset % 32 else 1.0)
+            return 1.0
+        if b < 32:
+            return k.dma_efficiency_32b * b / 32
+        span = np.log2(full) - np.log2(32)
+        return k.dma_efficiency_32b + (1 - k.dma_efficiency_32b) * (np.log2(b) - np.log2(32)) / span
 
     def price(self, ev: np.void | dict) -> Priced:
         op = self.op_names[ev["op"]] if ev["op"] < len(self.op_names) else "?"
@@ -92,6 +92,8 @@ class Pricer:
             key = key or TRANSFER_KEYS.get((op, pipe), "GM_TO_L1")
             nbytes = int(ev["bytes"])
             seconds = self.costs.transfer_cycles(key, nbytes) * self.cycle_s
+            if pipe == PIPE_MTE2:
+                seconds /= self.k.mte2_rate_factor
             seconds /= self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
             if int(ev["slot"]) in SCRATCH_SLOTS:
                 return Priced(max(seconds, nbytes / self.k.l2_bytes_per_s_per_core))
@@ -101,12 +103,13 @@ class Pricer:
         if op == "TEXPANDS_L1":
             return Priced(self.costs.transfer_cycles("L1_FILL", int(ev["bytes"])) * self.cycle_s)
         if op in ("TMATMUL", "TMATMUL_ACC"):
-            return Priced(self.costs.matmul_cycles(rows, int(ev["k"]), cols, dtype) * self.cycle_s)
+            cycles = self.costs.matmul_cycles(rows, int(ev["k"]), cols, dtype)
+            return Priced(cycles * self.k.cube_cost_factor * self.cycle_s)
         if op == "scalar GM read":
             return Priced(self.k.scalar_gm_read_s)
         if op == "GetValue":
             return Priced(self.k.scalar_ub_read_s)
-        return Priced(self.costs.vector_cycles(op, dtype, rows, cols) * self.cycle_s)
+        return Priced(self.costs.vector_cycles(op, dtype, rows, cols) * self.k.vector_cost_factor * self.cycle_s)
 
 
 @dataclass
