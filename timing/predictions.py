@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                        "prediction, not a measurement. band_us: all constants at the optimistic and at the "
                        "pessimistic end of their bands at once (docs/TIMING_MODEL.md).",
         "command": "python -m timing.predictions",
+        "status": "candidate: frozen once the model is accepted (docs/TIMING_MODEL.md, rule 6); later kernels are "
+                  "judged against the frozen file, never refit into it",
         "constants": asdict(DEFAULT), "bands": BANDS, "envelope_tb_per_s": ENVELOPE_TB_PER_S, "shapes": rows,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
