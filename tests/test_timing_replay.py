@@ -215,3 +215,19 @@ def test_predict_refuses_another_backend() -> None:
 
     assert main(["--predict", "--backend", "mock", "--batch", "1", "--baselines", "none"]) != 0
     assert main(["--trace", "x.json", "--batch", "1", "--baselines", "none"]) != 0
+
+
+def test_committed_predictions_keep_the_protocols_rules() -> None:
+    """timing/predictions.json: every shape at or above its HBM floor (rule 4), band around the nominal value
+    (rule 5), and no HBM-bound shape faster than the best measured kernel of our access pattern (rule 3)."""
+    import json
+
+    from timing.predictions import ENVELOPE_TB_PER_S, OUT
+
+    doc = json.loads(OUT.read_text())
+    assert {row["shape_id"] for row in doc["shapes"]} >= {"b64_h32kv8_d128_ctx2k_bs128_fp16"}
+    for row in doc["shapes"]:
+        low, high = row["band_us"]
+        assert row["hbm_floor_us"] <= low <= row["predicted_us"] <= high, row
+        if row["bound"] == "HBM":
+            assert row["predicted_tb_per_s"] <= ENVELOPE_TB_PER_S * 1.01, row

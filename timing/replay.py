@@ -10,8 +10,9 @@ The model, in the order it is applied:
   plus the hand-off latency; a cross-core wait (and the all-vector barrier) holds every later instruction of
   the role; scalar reads stall the issue;
 * global memory is shared: K/V, Q, O and block-table bytes come from HBM; scratch and split partials from L2.
-  When the cores' combined HBM demand over the launch exceeds nominal bandwidth x efficiency, every HBM transfer
-  is stretched by that ratio and the trace replayed again, until the two agree;
+  A transfer occupies HBM for its bytes over its DMA efficiency.  When the cores' combined HBM occupancy over the
+  launch exceeds nominal bandwidth x efficiency, every HBM transfer is stretched by that ratio and the trace
+  replayed again, until the two agree;
 * a launch floor is added once.
 
 Nothing here is measured on a device: every output is a prediction.
@@ -59,6 +60,8 @@ DTYPES = {2: "fp16", 4: "fp32"}
 class Priced:
     seconds: float
     hbm_bytes: int = 0
+    #: what the transfer occupies of HBM: its bytes over its DMA efficiency (short bursts waste DRAM time too)
+    hbm_load_bytes: float = 0.0
 
 
 class Pricer:
@@ -94,10 +97,11 @@ class Pricer:
             seconds = self.costs.transfer_cycles(key, nbytes) * self.cycle_s
             if pipe == PIPE_MTE2:
                 seconds /= self.k.mte2_rate_factor
-            seconds /= self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
+            eff = self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
+            seconds /= eff
             if int(ev["slot"]) in SCRATCH_SLOTS:
                 return Priced(max(seconds, nbytes / self.k.l2_bytes_per_s_per_core))
-            return Priced(seconds, hbm_bytes=nbytes)
+            return Priced(seconds, hbm_bytes=nbytes, hbm_load_bytes=nbytes / eff)
         if op in ("TMOV", "TEXTRACT"):
             return Priced(self.costs.transfer_cycles(TRANSFER_KEYS[(op, PIPE_MTE1)], int(ev["bytes"])) * self.cycle_s)
         if op == "TEXPANDS_L1":
@@ -170,19 +174,20 @@ def replay(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT,
             out.append(cache[sig])
         prices[key] = out
     hbm_bytes = sum(p.hbm_bytes for ps in prices.values() for p in ps)
+    hbm_load = sum(p.hbm_load_bytes for ps in prices.values() for p in ps)
     hbm_rate = constants.hbm_peak_bytes_per_s * constants.hbm_efficiency
     stretch = 1.0
     result = _run(streams, prices, constants, stretch, keep_spans)
     for _ in range(max_rounds):
         makespan = max(result[1].values(), default=0.0)
-        need = hbm_bytes / hbm_rate if hbm_rate > 0 else 0.0
+        need = hbm_load / hbm_rate if hbm_rate > 0 else 0.0
         if makespan <= 0 or need <= makespan * 1.001:
             break
         stretch *= need / makespan
         result = _run(streams, prices, constants, stretch, keep_spans)
     busy, end, spans = result
     makespan = max(end.values(), default=0.0)
-    makespan = max(makespan, hbm_bytes / hbm_rate if hbm_rate > 0 else 0.0)
+    makespan = max(makespan, hbm_load / hbm_rate if hbm_rate > 0 else 0.0)
     total = makespan + constants.launch_floor_s
     return Prediction(total * 1e6, _bound(busy, end, makespan, stretch), hbm_bytes, stretch, busy, end, spans)
 
