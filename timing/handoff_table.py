@@ -65,7 +65,7 @@ def row(batch: int, context: int, size: str, max_kv_bytes: float) -> Row:
     scratch = 2 * heads * (h * 4 + h * ELEM_BYTES + HEAD_DIM * 4)
     predicted = None
     kv_bytes = 2 * batch * context * KV_HEADS * HEAD_DIM * ELEM_BYTES
-    if h == BUILT_HANDOFF_TOKENS and kv_bytes <= max_kv_bytes:
+    if h == min(BUILT_HANDOFF_TOKENS, tokens) and kv_bytes <= max_kv_bytes:  # what the built kernel runs
         shape = uniform_shape(batch, context, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                               block_size=BLOCK_SIZE)
         predicted = predict_shape(shape)["predicted_us"]
