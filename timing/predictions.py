@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                        "prediction, not a measurement. band_us: all constants at the optimistic and at the "
                        "pessimistic end of their bands at once (docs/TIMING_MODEL.md).",
         "command": "python -m timing.predictions",
-        "status": "candidate: frozen once the model is accepted (docs/TIMING_MODEL.md, rule 6); later kernels are "
-                  "judged against the frozen file, never refit into it",
+        "status": "frozen: the model's constants and these predictions are fixed (docs/TIMING_MODEL.md, rule 6); "
+                  "a later kernel is judged against them, a refit after device contact goes into a new file",
         "constants": asdict(DEFAULT), "bands": BANDS, "envelope_tb_per_s": ENVELOPE_TB_PER_S, "shapes": rows,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")

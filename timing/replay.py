@@ -124,6 +124,8 @@ class Prediction:
     bound: str
     hbm_bytes: int
     hbm_stretch: float
+    #: the time HBM needs for the launch's transfers at the model's sustained rate (its floor for this trace)
+    hbm_time_s: float
     busy_s: dict[tuple[int, int, int], float] = field(repr=False)       # (core, role, pipe) -> busy seconds
     end_s: dict[tuple[int, int], float] = field(repr=False)              # (core, role) -> last event end
     spans: list[tuple[int, int, int, str, float, float]] = field(repr=False, default_factory=list)
@@ -189,7 +191,9 @@ def replay(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT,
     makespan = max(end.values(), default=0.0)
     makespan = max(makespan, hbm_load / hbm_rate if hbm_rate > 0 else 0.0)
     total = makespan + constants.launch_floor_s
-    return Prediction(total * 1e6, _bound(busy, end, makespan, stretch), hbm_bytes, stretch, busy, end, spans)
+    hbm_time = hbm_load / hbm_rate if hbm_rate > 0 else 0.0
+    return Prediction(total * 1e6, _bound(busy, end, makespan, stretch), hbm_bytes, stretch, hbm_time, busy, end,
+                      spans)
 
 
 def _run(streams: dict[tuple[int, int], list[tuple]], prices: dict[tuple[int, int], list[Priced]],

@@ -1,0 +1,89 @@
+"""Ranks the faster-kernel levers with the frozen model, before any of them is built.
+
+    python -m timing.levers [--shapes b1_h32kv8_d128_ctx8k_bs128_fp16,...]
+
+For each shape the simulation's trace of today's kernel is replayed as it is and with one lever's effect applied
+to the trace or the constants, each an upper bound of what that lever can give:
+
+* ``long bursts``: every K/V load one contiguous burst (a task that holds all KV heads of a page loads the page's
+  rows across heads: 2 KiB per token for 8 x 128 fp16, pages back to back);
+* ``no hand-off cost``: cube<->vector hand-offs free (what larger hand-offs, preloading the next task and no
+  drain between tasks can at most recover);
+* ``balanced cores``: every core ends when the average core ends, but not before HBM has moved the launch's
+  bytes (what balanced tasks can at most recover);
+* ``no launch floor``: the device-side fixed cost gone (what a batch-1 low-latency path fights).
+
+The gains are predictions of the model in timing/ at its nominal constants, with the pessimistic end beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from benchmark import bytes_model
+from benchmark.shapes import pr_shapes
+from timing import trace as tr
+from timing.costs import load_cost_tables
+from timing.model import DEFAULT, ModelConstants, at_band_end
+from timing.predictions import trace_of
+from timing.replay import replay
+
+KV_SLOTS = (1, 2)  # kernel ABI: k, v
+DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16",
+                  "b64_h32kv8_d128_ctx2k_bs128_fp16")
+
+
+def long_bursts(trace: tr.Trace) -> tr.Trace:
+    events = trace.events.copy()
+    load = trace.op_names.index("TLOAD")
+    kv = (events["op"] == load) & np.isin(events["slot"], KV_SLOTS)
+    events["burst_bytes"][kv] = events["bytes"][kv].astype(np.uint32)
+    events["bursts"][kv] = 1
+    events["gm_offset"][kv] = 0
+    return tr.Trace(events, trace.op_names, trace.block_dim)
+
+
+def predicted_us(trace: tr.Trace, constants: ModelConstants, balanced: bool = False) -> float:
+    pred = replay(trace, load_cost_tables(), constants)
+    if not balanced:
+        return pred.predicted_us
+    ends = np.array(list(pred.end_s.values()))
+    floor_us = (pred.hbm_time_s + constants.launch_floor_s) * 1e6  # balance cannot beat HBM
+    return max(pred.predicted_us - (ends.max() - ends.mean()) * 1e6, floor_us)
+
+
+def levers(trace: tr.Trace, constants: ModelConstants) -> dict[str, float]:
+    return {
+        "today": predicted_us(trace, constants),
+        "long bursts": predicted_us(long_bursts(trace), constants),
+        "no hand-off cost": predicted_us(trace, replace(constants, handoff_latency_s=0.0)),
+        "balanced cores": predicted_us(trace, constants, balanced=True),
+        "no launch floor": predicted_us(trace, replace(constants, launch_floor_s=0.0)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    args = p.parse_args(argv)
+    wanted = args.shapes.split(",")
+    shapes = [s for s in pr_shapes() if s.shape_id in wanted]
+    print("| shape | lever | predicted µs (nominal) | gain | predicted µs (pessimistic) | gain |")
+    print("|---|---|---|---|---|---|")
+    for shape in shapes:
+        trace = trace_of(shape, DEFAULT.cube_cores)
+        nominal, pessimistic = levers(trace, DEFAULT), levers(trace, at_band_end(DEFAULT, 1))
+        for name in nominal:
+            gain = nominal["today"] / nominal[name]
+            gain_p = pessimistic["today"] / pessimistic[name]
+            print(f"| {shape.shape_id} | {name} | {nominal[name]:.1f} | {gain:.3f}x | {pessimistic[name]:.1f} | "
+                  f"{gain_p:.3f}x |", flush=True)
+        print(f"| {shape.shape_id} | (HBM floor) | {bytes_model.traffic(shape).total_bytes / 1.6e12 * 1e6:.1f} | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
