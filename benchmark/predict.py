@@ -60,12 +60,23 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
         "predicted_us": round(pred.predicted_us, 2), "predicted_tb_per_s": round(tb_s, 4),
         "predicted_percent_of_hbm": round(100 * tb_s * 1e12 / HBM_NOMINAL_BYTES_PER_S, 1),
         "bound": pred.bound, "hbm_stretch": round(pred.hbm_stretch, 3), "events": len(trace.events),
+        "busy_percent": busy_percent(pred),
     }
     ifa = published_ifa_us(shape_id)
     if ifa is not None:
         figures["ifa_published_us"] = ifa
         figures["predicted_speedup_vs_ifa"] = round(ifa / pred.predicted_us, 3)
     return out[0], Predicted(figures, pred.spans, trace.op_names)
+
+
+def busy_percent(pred: Prediction) -> dict[str, float]:
+    """Per role and pipe, the busiest core's busy time as a share of the predicted device time."""
+    total = pred.predicted_us * 1e-6
+    out: dict[str, float] = {}
+    for (_, role, pipe), seconds in pred.busy_s.items():
+        key = f"{tr.ROLES[role].split()[0]} {tr.PIPES[pipe]}"
+        out[key] = max(out.get(key, 0.0), round(100 * seconds / total, 1))
+    return {k: v for k, v in sorted(out.items()) if v > 0}
 
 
 def write_chrome_trace(path: str, predictions: list[tuple[str, Predicted]]) -> None:
