@@ -27,7 +27,7 @@ shortened to fill the cores), and a combine pass for every batch with a sequence
 from __future__ import annotations
 
 from tiling import abi
-from tiling.splits import CoreSplit, TileChoice, ceil_div, combine_split_limit, group_move, round_up
+from tiling.splits import CoreSplit, TileChoice, ceil_div, combine_split_limit, one_pass_grid, round_up
 
 #: Tokens per KV split in batch-invariant mode.  2048 keeps the longest context the combine can hold at
 #: 128K tokens for head_dim <= 128 (64 splits) and 64K for head_dim 256 (32 splits).
@@ -61,17 +61,4 @@ def split_invariant(batch: int, num_heads: int, num_kv_heads: int, max_kv: int, 
     head_split = min(group, abi.HEAD_SPLIT_LIMIT)
     kv_align = max(round_up(max_kv, block_size), block_size)
     kv_core_num = ceil_div(kv_align, INVARIANT_SPLIT_TOKENS)
-    tasks = ceil_div(num_heads, head_split) * batch * kv_core_num
-    return CoreSplit(
-        strategy="split_kv" if kv_core_num > 1 else "bn",
-        block_dim=max(1, min(tasks, core_count)),
-        former_batch=batch,
-        former_head=head_split,
-        tail_batch=0,
-        tail_head=0,
-        former_group_move=group_move(head_split, group, num_kv_heads),
-        tail_group_move=0,
-        kv_split_tokens=INVARIANT_SPLIT_TOKENS,
-        kv_core_num=kv_core_num,
-        task_count=tasks,
-    )
+    return one_pass_grid(batch, num_heads, num_kv_heads, head_split, INVARIANT_SPLIT_TOKENS, kv_core_num, core_count)

@@ -182,6 +182,12 @@ def _split_kv_grid(
         if batch * kv_core_num < core_count * SPLIT_HEAD_CORE_RATIO:
             cores_per_kv = ceil_div(core_count, batch * kv_core_num)
         head_split = _head_split(num_heads, cores_per_kv, group)
+    return one_pass_grid(batch, num_heads, num_kv_heads, head_split, kv_split_tokens, kv_core_num, core_count)
+
+
+def one_pass_grid(batch: int, num_heads: int, num_kv_heads: int, head_split: int, kv_split_tokens: int,
+                  kv_core_num: int, core_count: int) -> CoreSplit:
+    """A grid of the former pass only: every sequence x head chunk x KV split, on at most ``core_count`` cores."""
     tasks = ceil_div(num_heads, head_split) * batch * kv_core_num
     return CoreSplit(
         # A "split" into one range is a BN grid: say what the kernel will do, not what was asked.
@@ -191,7 +197,7 @@ def _split_kv_grid(
         former_head=head_split,
         tail_batch=0,
         tail_head=0,
-        former_group_move=group_move(head_split, group, num_kv_heads),
+        former_group_move=group_move(head_split, num_heads // num_kv_heads, num_kv_heads),
         tail_group_move=0,
         kv_split_tokens=kv_split_tokens,
         kv_core_num=kv_core_num,

@@ -213,36 +213,24 @@ struct CubeCore {
         SignalVectors(UpdateReady(stage));
     }
 
-    /* Write-after-read flags start set ("buffer free") and are drained before the core exits. */
-    AICORE inline void ArmFreeFlags()
+    /* The write-after-read flags: set once at core start ("buffer free"), drained before the core exits. */
+    template <typename Fn>
+    AICORE inline void ForEachFreeFlag(Fn &&fn)
     {
-        SetFlag(kQL1Free);
-        SetFlag(kQLeftFree);
-        SetFlag(kPL1Free);
-        SetFlag(kOAccFree);
+        fn(kQL1Free);
+        fn(kQLeftFree);
+        fn(kPL1Free);
+        fn(kOAccFree);
         for (uint32_t b = 0; b < 2; ++b) {
-            SetFlag(KvL1Free(b));
-            SetFlag(L0Free(b));
-            SetFlag(SAccFree(b));
-        }
-    }
-
-    AICORE inline void DrainFreeFlags()
-    {
-        WaitFlag(kQL1Free);
-        WaitFlag(kQLeftFree);
-        WaitFlag(kPL1Free);
-        WaitFlag(kOAccFree);
-        for (uint32_t b = 0; b < 2; ++b) {
-            WaitFlag(KvL1Free(b));
-            WaitFlag(L0Free(b));
-            WaitFlag(SAccFree(b));
+            fn(KvL1Free(b));
+            fn(L0Free(b));
+            fn(SAccFree(b));
         }
     }
 
     AICORE inline void Run(uint32_t blockNum)
     {
-        ArmFreeFlags();
+        ForEachFreeFlag([](auto f) { SetFlag(f); });
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
@@ -261,7 +249,7 @@ struct CubeCore {
             PvUnit(tk, units - 1, (base + units - 1) % kStages);
             unitCounter = base + units;
         });
-        DrainFreeFlags();
+        ForEachFreeFlag([](auto f) { WaitFlag(f); });
     }
 };
 

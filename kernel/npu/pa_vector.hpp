@@ -187,12 +187,19 @@ struct VectorCore {
         SetFlag(kOutUbFree);
     }
 
+    /* The write-after-read flags: set once at core start ("buffer free"), drained before the core exits. */
+    template <typename Fn>
+    AICORE static inline void ForEachFreeFlag(Fn &&fn)
+    {
+        fn(kSUbFree);
+        fn(kPUbFree);
+        fn(kOtmpUbFree);
+        fn(kOutUbFree);
+    }
+
     AICORE inline void Run(uint32_t blockNum)
     {
-        SetFlag(kSUbFree);
-        SetFlag(kPUbFree);
-        SetFlag(kOtmpUbFree);
-        SetFlag(kOutUbFree);
+        ForEachFreeFlag([](auto f) { SetFlag(f); });
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             const uint32_t half = tk.headCount / kVecSubCores;
             const uint32_t row0 = sub == 0 ? 0 : half;
@@ -216,10 +223,7 @@ struct VectorCore {
             Finish(tk, row0, r);
             unitCounter = base + units;
         });
-        WaitFlag(kSUbFree);
-        WaitFlag(kPUbFree);
-        WaitFlag(kOtmpUbFree);
-        WaitFlag(kOutUbFree);
+        ForEachFreeFlag([](auto f) { WaitFlag(f); });
         if (t.SplitKv()) {
             VectorBarrier();
             CombineCore<T, DCap> combine{t, core, sub, o, ocore, l};
