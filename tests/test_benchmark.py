@@ -386,10 +386,10 @@ def test_script_end_to_end_on_the_mock(tmp_path: Path) -> None:
     assert {r.implementation for r in saved.records} >= {"pa-kit", "pa-kit checked", "torch-dense"}
     assert all(r.ok for r in saved.records), [r.status for r in saved.records]
     assert all(r.host_launch_us is not None for r in saved.records if r.implementation == "pa-kit")
-    gate = subprocess.run([*command[:-3], "--baselines", "none", "--compare", str(out), "--tolerance", "1000"],
+    gate = subprocess.run([*command[:-3], "--baselines", "none", "--compare", str(out), "--tolerance", "100000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert "regression gate (tolerance 1000 %): PASS" in gate.stdout
+    assert "regression gate (tolerance 100000 %): PASS" in gate.stdout
 
 
 # ---- plot -----------------------------------------------------------------------------------------------
