@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from accuracy.cases import DTYPES, JUNK_IDS, Case
@@ -27,6 +26,19 @@ class Inputs:
     lens: tuple[int, ...]
 
 
+def shuffled_block_table(pages: list[int], num_blocks: int, gen: torch.Generator, columns: int,
+                         fill: int = -1) -> torch.Tensor:
+    """Each sequence's ``pages`` entries, a disjoint run of a random permutation of ``num_blocks`` page ids, then
+    ``fill`` up to ``columns``: sequences never share a page and the ids are not in cache order."""
+    ids = torch.randperm(num_blocks, generator=gen).to(torch.int32)
+    table = torch.full((len(pages), columns), fill, dtype=torch.int32)
+    start = 0
+    for row, count in enumerate(pages):
+        table[row, :count] = ids[start:start + count]
+        start += count
+    return table
+
+
 def make_inputs(case: Case) -> Inputs:
     """Random q/k/v (standard normal) and a shuffled, junk-padded block table, on the CPU."""
     gen = torch.Generator().manual_seed(case.seed)
@@ -38,9 +50,8 @@ def make_inputs(case: Case) -> Inputs:
         rows = [torch.randint(0, num_blocks, (n,), generator=gen) for n in pages]
     else:
         num_blocks = sum(pages) + case.spare_pages
-        ids = torch.randperm(num_blocks, generator=gen)
-        starts = np.cumsum([0, *pages])
-        rows = [ids[starts[i]:starts[i + 1]] for i in range(len(pages))]
+        shuffled = shuffled_block_table(pages, num_blocks, gen, max(1, max(pages)))
+        rows = [shuffled[i, :count] for i, count in enumerate(pages)]
     table = torch.empty(len(case.lens), max_pages, dtype=torch.int32)
     for seq, row in enumerate(rows):
         junk = torch.tensor([JUNK_IDS[(seq + j) % len(JUNK_IDS)] for j in range(max_pages - row.numel())],

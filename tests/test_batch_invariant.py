@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the child process runs this file as a script
     sys.path.insert(0, str(ROOT))
 
-from accuracy.harness import Inputs, golden  # noqa: E402
+from accuracy.harness import Inputs, golden, shuffled_block_table  # noqa: E402
 from accuracy.reference import compare  # noqa: E402
 from launcher import PagedAttentionRunner, paged_attention  # noqa: E402
 from launcher.library import library_path  # noqa: E402
@@ -59,12 +59,7 @@ def make_inputs(config: Config) -> Inputs:
     gen = torch.Generator().manual_seed(config.seed)
     pages = [-(-n // config.block_size) for n in config.lens]
     num_blocks = sum(pages) + 11
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    table = torch.full((len(pages), max(pages) + 2), -1, dtype=torch.int32)
-    start = 0
-    for row, count in enumerate(pages):
-        table[row, :count] = order[start:start + count]
-        start += count
+    table = shuffled_block_table(pages, num_blocks, gen, max(pages) + 2)
     dtype = DTYPES[config.dtype]
     cache = (num_blocks, config.block_size, config.num_kv_heads, config.head_dim)
     return Inputs(

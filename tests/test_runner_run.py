@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accuracy.harness import Inputs, golden
+from accuracy.harness import Inputs, golden, shuffled_block_table
 from accuracy.reference import compare
 from launcher import PagedAttentionRunner
 from tiling import abi
@@ -35,15 +35,8 @@ def _layer(seed: int, lens: tuple[int, ...], table: torch.Tensor, num_blocks: in
 
 
 def _table(lens: tuple[int, ...], num_blocks: int, seed: int = 0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
     pages = [-(-n // BLOCK) for n in lens]
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    table = torch.full((len(lens), max(pages) + 1), -1, dtype=torch.int32)
-    start = 0
-    for row, count in enumerate(pages):
-        table[row, :count] = order[start:start + count]
-        start += count
-    return table
+    return shuffled_block_table(pages, num_blocks, torch.Generator().manual_seed(seed), max(pages) + 1)
 
 
 @pytest.fixture
