@@ -21,7 +21,6 @@ Nothing here is measured on a device: every output is a prediction.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,7 +42,6 @@ from timing.trace import (
     PIPE_MTE3,
     PIPE_S,
     PIPES,
-    ROLES,
     TO_VECTORS,
     Trace,
 )
@@ -301,7 +299,3 @@ def _bound(busy: dict, end: dict, makespan: float, stretch: float) -> str:
     if name in ("MTE2", "MTE3", "FIX"):
         return "DMA (MTE)" if name == "MTE2" else f"MTE ({name})"
     return {"M": "cube", "V": "vector", "MTE1": "MTE (MTE1)", "S": "scalar"}.get(name, name)
-
-
-def roles_of(keys: Iterable[tuple[int, int]]) -> list[str]:
-    return [f"core {c} {ROLES[r]}" for c, r in keys]
