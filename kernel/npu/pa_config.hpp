@@ -70,6 +70,9 @@ constexpr int kCombineMaxSplits = PA_COMBINE_UB_FLOATS / PA_TILE_ALIGN_TOKENS;
 /* Partial-O rows folded per step: 32 rows x 256 fp32 = 32 KB of UB. */
 constexpr int kCombineChunkRows = 32;
 
+/* Traffic class of a GM access, for the simulation figures. */
+enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
+
 /* Events the simulation counts for its figures (nothing on the NPU). */
 enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul };
 

@@ -42,9 +42,6 @@ using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, D
 template <typename E>
 using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
 
-/* Traffic class of an access, for the simulation figures. */
-enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
-
 #ifdef __CPU_SIM
 #define PA_RECORD(...) ::pa::rec::Issue(__VA_ARGS__)
 #else

@@ -17,9 +17,9 @@ void GmTraffic(int32_t slot, uint64_t off, uint64_t rows, uint64_t cols, uint64_
     sim::Counters &c = *sim::tctx.ctr;
     const uint64_t bytes = rows * cols * elemBytes;
     (write ? c.gmWriteBytes : c.gmReadBytes) += bytes;
-    if (traffic == 1) c.kvReadBytes += bytes;      /* kTrafficKv      */
-    if (traffic == 2) c.scratchBytes += bytes;     /* kTrafficScratch */
-    if (traffic == 3) c.partialBytes += bytes;     /* kTrafficPartial */
+    if (traffic == kTrafficKv) c.kvReadBytes += bytes;
+    if (traffic == kTrafficScratch) c.scratchBytes += bytes;
+    if (traffic == kTrafficPartial) c.partialBytes += bytes;
 }
 
 void Count(int counter)

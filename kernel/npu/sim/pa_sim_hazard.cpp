@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "../../contract/pa_contract.h"
+
 #include "pa_sim_runtime.hpp"
 
 namespace pa::sim::hz {
@@ -17,10 +19,6 @@ constexpr uint64_t kOnChipGrain = 32;
 constexpr int kEvents = 8; /* intra-core event ids 0..7 per (src, dst) pipe pair */
 
 const char *const kSpaceNames[kSpaces] = {"UB", "L1", "L0A", "L0B", "L0C", "GM"};
-const char *const kSlotNames[PA_NUM_PTR_ARGS] = {
-    "q", "k", "v", "block_tables", "mask", "deq_scale1", "deq_offset1", "deq_scale2", "deq_offset2", "razor_offset",
-    "scale", "logn", "eye", "o", "s", "p", "o_tmp", "go", "o_core", "l", "k16", "v16", "tiling"};
-
 uint64_t Capacity(int space)
 {
     switch (space) {
@@ -121,7 +119,7 @@ void Role::Report(const char *kind, const Access &a, uint64_t addr, const Epoch 
 {
     const Instr *p = st_.logs[prior.agent].At(prior.clock);
     const uint32_t priorCore = prior.agent / kPipes / kRolesPerCluster;
-    const char *where = a.space == kSpaceGm ? kSlotNames[a.slot] : kSpaceNames[a.space];
+    const char *where = a.space == kSpaceGm ? pa_contract_slot_name(a.slot) : kSpaceNames[a.space];
     Fail(PA_ERR_HAZARD, a.space == kSpaceGm ? a.slot : -1, int64_t(addr), -1,
          "hazard (%s) on %s%s byte %llu (access of %llu x %llu B at %llu, pitch %llu): %s on %s of core %u (%s) "
          "[seq %d head %d split %d unit %d] is not ordered after %s on %s of core %u (%s) "

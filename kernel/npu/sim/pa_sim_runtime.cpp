@@ -5,6 +5,8 @@
 #include "pa_sim_runtime.hpp"
 
 #include <algorithm>
+
+#include "../../contract/pa_contract.h"
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -14,10 +16,6 @@ namespace pa::sim {
 thread_local ThreadCtx tctx;
 
 namespace {
-
-const char *const kSlotNames[PA_NUM_PTR_ARGS] = {
-    "q", "k", "v", "block_tables", "mask", "deq_scale1", "deq_offset1", "deq_scale2", "deq_offset2", "razor_offset",
-    "scale", "logn", "eye", "o", "s", "p", "o_tmp", "go", "o_core", "l", "k16", "v16", "tiling"};
 
 const char *RoleName(int32_t role) { return role == kRoleCube ? "cube" : role == kRoleVec0 ? "vector 0" : "vector 1"; }
 
@@ -231,7 +229,7 @@ void CheckAccess(int32_t slot, uint64_t off, uint64_t rows, uint64_t cols, uint6
     }
     Fail(PA_ERR_OUT_OF_BOUNDS, slot, int64_t(bad), int64_t(extent),
          "%s of %s element %llu (%llu x %llu block at %llu) outside its extent of %llu elements, core %d (%s)",
-         write ? "write" : "read", kSlotNames[slot], static_cast<unsigned long long>(bad),
+         write ? "write" : "read", pa_contract_slot_name(slot), static_cast<unsigned long long>(bad),
          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols),
          static_cast<unsigned long long>(off), static_cast<unsigned long long>(extent), tctx.core,
          RoleName(tctx.role));
