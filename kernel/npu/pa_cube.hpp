@@ -3,219 +3,25 @@
  *
  * Per task the cube runs a one-unit-ahead pipeline: QK(0), QK(1), PV(0), QK(2), PV(1), ..., PV(U-1), so
  * while the vectors turn S(u) into P(u) the cube already computes S(u+1); it waits on the vectors only when
- * it needs P(u).  Within a unit, the q heads of a task that share a KV head form one matmul (M = heads of
- * the group, up to kCubeRows), so each K/V element is read from GM once per task.  K/V move in level-2
- * sub-tiles (page-contiguous, SubTokens(DCap) tokens) through two L1/L0B buffers, alternating.
+ * it needs P(u).  The data path of a unit is chosen once per launch by the KV group size: groups of at most
+ * 16 q heads take the chunk path (pa_cube_chunk.hpp: several KV heads per load, long bursts), larger groups
+ * the head path (pa_cube_head.hpp: one KV head per load).  Both use the same buffers' flags (pa_sync.hpp).
  */
 #ifndef PA_CUBE_HPP
 #define PA_CUBE_HPP
 
-#include "pa_tiling.hpp"
+#include "pa_cube_chunk.hpp"
+#include "pa_cube_head.hpp"
 
 namespace pa {
 
 template <typename T, int DCap>
 struct CubeCore {
-    static constexpr int kSub = SubTokens(DCap);
-    /* L1 (Mat) tiles */
-    using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    /* P of a unit, kSub columns wider than a unit: A2/A3's TEXTRACT requires the whole static sub-tile at
-     * its column offset to lie inside the source tile (pto-isa a2a3 TExtract's assert), and the last
-     * sub-tile of a unit starts up to kHandoffTokens - 16 columns in. */
-    using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens + kSub, BLayout::ColMajor, DYNAMIC, DYNAMIC,
-                      SLayout::RowMajor, kFractalBytes>;
-    using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
-    using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    /* L0 tiles */
-    using QLeft = TileLeft<T, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
-    using PLeft = TileLeft<T, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
-    using KRight = TileRight<T, DCap, kSub, DYNAMIC, DYNAMIC>;
-    using VRight = TileRight<T, kSub, DCap, DYNAMIC, DYNAMIC>;
-    using SAcc = TileAcc<float, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
-    using OAcc = TileAcc<float, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
-
-    /* On-chip layout (bytes).  L1: Q | P | two K/V sub-tile buffers.  L0A: Q | two P sub-tiles.  L0B: two
-     * sub-tiles.  L0C: two S accumulators (one drains to GM while the next fills) and the P.V accumulator.
-     * Buffer b of L1, L0A's P and L0B go together: sub-tile i uses b = i % 2 everywhere. */
-    static constexpr uint32_t kL1Q = 0;
-    static constexpr uint32_t kL1P = AlignUp(kL1Q + QMat::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL1Kv0 = AlignUp(kL1P + PMat::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL1KvBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL0aQ = 0;
-    static constexpr uint32_t kL0aP = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL0aPBytes = AlignUp(PLeft::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL0bBytes = AlignUp(kSubTileElems * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL0cS = 0;
-    static constexpr uint32_t kL0cSBytes = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
-    static constexpr uint32_t kL0cO = 2 * kL0cSBytes;
-    static_assert(kL1Kv0 + 2 * kL1KvBytes <= kL1Bytes, "L1 plan overflows");
-    static_assert(kL0aP + 2 * kL0aPBytes <= kL0aBytes, "L0A plan overflows");
-    static_assert(2 * kL0bBytes <= pa::kL0bBytes, "L0B plan overflows");
-    static_assert(kL0cO + OAcc::Numel * sizeof(float) <= kL0cBytes, "L0C plan overflows");
-    static_assert(kSub % 16 == 0 && kHandoffTokens % 16 == 0, "sub-tiles and units start on whole fractals");
-
-    const Tiling &t;
-    uint32_t core;
-    Gm<T> q, k, v, p;
-    Gm<int32_t> bt;
-    Gm<float> s, otmp;
-    uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
-    uint32_t bufToggle = 0;   /* alternates the two K/V sub-tile buffers */
-
-    /* A page-contiguous run of tokens inside a unit: GM element offset of its first token for kv head 0. */
-    struct Piece {
-        uint64_t kvOff;
-        uint32_t col, len;
-    };
-
-    /* Walks the level-2 sub-tiles of unit u: never crossing a page, at most kSub tokens. */
-    template <typename Fn>
-    AICORE inline void ForEachPiece(const Task &tk, uint32_t u, Fn &&fn)
-    {
-        const uint32_t unitStart = tk.tokStart + u * kHandoffTokens;
-        const uint32_t unitLen = UnitTokens(tk, u);
-        const uint64_t rowElems = uint64_t(t.kvHeads) * t.headDim;
-        for (uint32_t col = 0; col < unitLen;) {
-            const uint32_t tok = unitStart + col;
-            const uint32_t page = tok / t.blockSize, inPage = tok % t.blockSize;
-            uint32_t len = t.blockSize - inPage;
-            if (len > uint32_t(kSub)) len = kSub;
-            if (len > unitLen - col) len = unitLen - col;
-            const uint64_t entry = uint64_t(tk.batchIdx) * t.maxBlocks + page;
-            const int32_t id = ReadScalar(bt, entry);
-            CheckBlockId(id, entry);
-            fn(Piece{(uint64_t(id) * t.blockSize + inPage) * rowElems, col, len});
-            col += len;
-        }
-    }
-
-    /* Runs of task rows sharing one KV head: [r0, r0 + m) with kv head kvh. */
-    template <typename Fn>
-    AICORE inline void ForEachGroupRun(const Task &tk, Fn &&fn)
-    {
-        for (uint32_t r0 = 0; r0 < tk.headCount;) {
-            const uint32_t h = tk.headStart + r0;
-            const uint32_t kvh = h / t.group;
-            uint32_t end = (kvh + 1) * t.group - tk.headStart;
-            if (end > tk.headCount) end = tk.headCount;
-            fn(r0, end - r0, kvh);
-            r0 = end;
-        }
-    }
-
-    /* Unit u of a task: S = Q.K^T per KV-group run, sub-tile by sub-tile, into GM scratch stage `stage`. */
-    AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)
-    {
-        const uint32_t d = t.headDim;
-        ForEachGroupRun(tk, [&](uint32_t r0, uint32_t m, uint32_t kvh) {
-            QMat qMat(m, d);
-            QLeft qLeft(m, d);
-            Assign(qMat, kL1Q);
-            Assign(qLeft, kL0aQ);
-            WaitFlag(kQL1Free);
-            LoadNd(qMat, q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
-            Handoff(kQLoaded);
-            WaitFlag(kQLeftFree);
-            Mov(qLeft, qMat);
-            SetFlag(kQL1Free);
-            /* No Q -> M flag: the first sub-tile's L0Ready(b) below is set on MTE1 after this move, and a
-             * set_flag waits for all earlier instructions of its pipe, so the matmul sees Q in L0A. */
-            ForEachPiece(tk, u, [&](const Piece &pc) {
-                const uint32_t b = bufToggle++ & 1u;
-                KMat kMat(d, pc.len);
-                KRight kRight(d, pc.len);
-                SAcc acc(m, pc.len);
-                Assign(kMat, kL1Kv0 + b * kL1KvBytes);
-                Assign(kRight, b * kL0bBytes);
-                Assign(acc, kL0cS + b * kL0cSBytes);
-                WaitFlag(KvL1Free(b));
-                LoadDn(kMat, k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(t.kvHeads) * d, kTrafficKv);
-                Handoff(KvLoaded(b));
-                WaitFlag(L0Free(b));
-                Mov(kRight, kMat);
-                SetFlag(KvL1Free(b));
-                Handoff(L0Ready(b));
-                WaitFlag(SAccFree(b));
-                Matmul(acc, qLeft, kRight);
-                Count(kCountMatmul);
-                SetFlag(L0Free(b));
-                Handoff(SAccReady(b));
-                StoreNd(s, ScratchS(core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len, kScorePitch, acc,
-                        kTrafficScratch);
-                SetFlag(SAccFree(b));
-            });
-            SetFlag(kQLeftFree);
-        });
-        SignalVectors(QkReady(stage));
-    }
-
-    /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  The device
-     * multiplies the inner (token) length rounded up to 16, so a unit whose length is not a multiple of 16
-     * zeroes P's and V's L1 buffers first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
-    AICORE inline void PvUnit(const Task &tk, uint32_t u, uint32_t stage)
-    {
-        const uint32_t d = t.headDim;
-        const uint32_t unitLen = UnitTokens(tk, u);
-        const bool ragged = unitLen % 16 != 0;
-        WaitFromVectors(SoftmaxReady(stage));
-        ForEachGroupRun(tk, [&](uint32_t r0, uint32_t m, uint32_t kvh) {
-            PMat pMat(m, unitLen);
-            OAcc acc(m, d);
-            Assign(pMat, kL1P);
-            Assign(acc, kL0cO);
-            WaitFlag(kPL1Free);
-            if (ragged) { /* MTE2, before the load on the same in-order pipe */
-                PMat whole(kCubeRows, PMat::Cols);
-                Assign(whole, kL1P);
-                ZeroL1(whole);
-            }
-            LoadNd(pMat, p, ScratchP(core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
-                   kTrafficScratch);
-            /* No P -> MTE1 flag: every sub-tile's KvLoaded(b) is set on MTE2 after this load (one in-order
-             * queue), and TEXTRACT waits for it before it reads P. */
-            WaitFlag(kOAccFree);
-            bool first = true;
-            ForEachPiece(tk, u, [&](const Piece &pc) {
-                const uint32_t b = bufToggle++ & 1u;
-                VMat vMat(pc.len, d);
-                VRight vRight(pc.len, d);
-                PLeft pLeft(m, pc.len);
-                Assign(vMat, kL1Kv0 + b * kL1KvBytes);
-                Assign(vRight, b * kL0bBytes);
-                Assign(pLeft, kL0aP + b * kL0aPBytes);
-                WaitFlag(KvL1Free(b));
-                if (pc.len % 16 != 0) {
-                    VMat whole(VMat::Rows, VMat::Cols);
-                    Assign(whole, kL1Kv0 + b * kL1KvBytes);
-                    ZeroL1(whole);
-                }
-                LoadNd(vMat, v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(t.kvHeads) * d, kTrafficKv);
-                Handoff(KvLoaded(b));
-                WaitFlag(L0Free(b));
-                Extract(pLeft, pMat, 0, pc.col);
-                Mov(vRight, vMat);
-                SetFlag(KvL1Free(b));
-                Handoff(L0Ready(b));
-                if (first) {
-                    Matmul(acc, pLeft, vRight);
-                } else {
-                    MatmulAcc(acc, pLeft, vRight);
-                }
-                first = false;
-                Count(kCountMatmul);
-                SetFlag(L0Free(b));
-            });
-            SetFlag(kPL1Free);
-            Handoff(kOAccReady);
-            StoreNd(otmp, ScratchO(core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
-            SetFlag(kOAccFree);
-        });
-        SignalVectors(UpdateReady(stage));
-    }
+    CubeState<T> st;
 
     /* The write-after-read flags: set once at core start ("buffer free"), drained before the core exits. */
     template <typename Fn>
-    AICORE inline void ForEachFreeFlag(Fn &&fn)
+    static AICORE inline void ForEachFreeFlag(Fn &&fn)
     {
         fn(kQL1Free);
         fn(kQLeftFree);
@@ -228,27 +34,54 @@ struct CubeCore {
         }
     }
 
-    AICORE inline void Run(uint32_t blockNum)
+    /* A unit's S = Q.K^T, then the vectors are told S is in GM. */
+    template <typename Path>
+    AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)
     {
-        ForEachFreeFlag([](auto f) { SetFlag(f); });
-        ForEachTask(t, core, blockNum, [&](const Task &tk) {
+        Path::Qk(st, tk, u, stage);
+        SignalVectors(QkReady(stage));
+    }
+
+    /* A unit's O_tmp = P.V once the vectors have written P, then the vectors are told O_tmp is in GM. */
+    template <typename Path>
+    AICORE inline void PvUnit(const Task &tk, uint32_t u, uint32_t stage)
+    {
+        WaitFromVectors(SoftmaxReady(stage));
+        Path::Pv(st, tk, u, stage);
+        SignalVectors(UpdateReady(stage));
+    }
+
+    template <typename Path>
+    AICORE inline void RunTasks(uint32_t blockNum)
+    {
+        ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
             const uint32_t units = UnitsOf(tk);
-            const uint32_t base = unitCounter;
+            const uint32_t base = st.unitCounter;
             for (uint32_t u = 0; u < units; ++u) {
                 SetUnit(u);
-                QkUnit(tk, u, (base + u) % kStages);
+                QkUnit<Path>(tk, u, (base + u) % kStages);
                 Count(kCountUnit);
                 if (u >= 1) {
                     SetUnit(u - 1);
-                    PvUnit(tk, u - 1, (base + u - 1) % kStages);
+                    PvUnit<Path>(tk, u - 1, (base + u - 1) % kStages);
                 }
             }
             SetUnit(units - 1);
-            PvUnit(tk, units - 1, (base + units - 1) % kStages);
-            unitCounter = base + units;
+            PvUnit<Path>(tk, units - 1, (base + units - 1) % kStages);
+            st.unitCounter = base + units;
         });
+    }
+
+    AICORE inline void Run(uint32_t blockNum)
+    {
+        ForEachFreeFlag([](auto f) { SetFlag(f); });
+        if (st.t.group <= uint32_t(kSlotRows)) {
+            RunTasks<ChunkPath<T, DCap>>(blockNum);
+        } else {
+            RunTasks<HeadPath<T, DCap>>(blockNum);
+        }
         ForEachFreeFlag([](auto f) { WaitFlag(f); });
     }
 };

@@ -26,15 +26,15 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, 
 {
     if constexpr (kCube) {
         (void)sub;
-        CubeCore<T, DCap> c{t,
-                            core,
-                            BindGm<T>(a.ptr[PA_ARG_Q], PA_ARG_Q),
-                            BindGm<T>(a.ptr[PA_ARG_K], PA_ARG_K),
-                            BindGm<T>(a.ptr[PA_ARG_V], PA_ARG_V),
-                            BindGm<T>(a.ptr[PA_ARG_P], PA_ARG_P),
-                            BindGm<int32_t>(a.ptr[PA_ARG_BLOCK_TABLES], PA_ARG_BLOCK_TABLES),
-                            BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
-                            BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP)};
+        CubeCore<T, DCap> c{{t,
+                             core,
+                             BindGm<T>(a.ptr[PA_ARG_Q], PA_ARG_Q),
+                             BindGm<T>(a.ptr[PA_ARG_K], PA_ARG_K),
+                             BindGm<T>(a.ptr[PA_ARG_V], PA_ARG_V),
+                             BindGm<T>(a.ptr[PA_ARG_P], PA_ARG_P),
+                             BindGm<int32_t>(a.ptr[PA_ARG_BLOCK_TABLES], PA_ARG_BLOCK_TABLES),
+                             BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
+                             BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP)}};
         c.Run(blockNum);
     } else {
         VectorCore<T, DCap> v{t,

@@ -1,0 +1,239 @@
+/*
+ * Cube data path for KV groups of at most 16 q heads (GQA and MHA): long K/V bursts.
+ *
+ * A task's KV heads are taken in chunks of up to ChunkSlots(DCap) consecutive heads.  Per page piece (at most
+ * ChunkTokens(DCap) tokens, never crossing a page) one load brings the chunk's K (or V) rows of every head at
+ * once: a token's rows of consecutive KV heads are contiguous in GM, so the load is one burst of
+ * nkv * D * 2 bytes per token, and one run over the whole piece when the task holds every KV head (the default
+ * plan at h32/kv8: 64 tokens x 2 KiB = 128 KiB), where the head path moves 256-byte rows at a 2 KiB pitch.
+ * The block-table entry of a piece is read once per chunk, not once per KV head.
+ *
+ * Each KV head of the chunk then is a view into that L1 tile at a fractal-aligned offset, with no TEXTRACT:
+ * K^T is a ZN tile (16-row blocks contiguous), so head j's rows [j*D, (j+1)*D) start at j*D*ChunkTokens
+ * elements; V is an NZ tile (16-column blocks contiguous), so head j's columns start at the same offset.  Every
+ * head's q rows sit in their own 16-row L0A slot for the whole chunk, P in its own L1 slot, and the P.V of every
+ * head accumulates in its own L0C slot across the pieces.  The L1 buffers toggle per piece (KvLoaded/KvL1Free),
+ * the L0 operands and S accumulators per matmul (L0Ready/L0Free, SAccReady/SAccFree).
+ */
+#ifndef PA_CUBE_CHUNK_HPP
+#define PA_CUBE_CHUNK_HPP
+
+#include "pa_cube_state.hpp"
+
+namespace pa {
+
+/* Rows of one head slot: one fractal.  Groups of more q heads per KV head take the head path. */
+constexpr int kSlotRows = 16;
+/* KV heads per chunk: bounded by L0A (q slots) and L0C (P.V slots) at D 256, by L1 (P slots) below. */
+constexpr int ChunkSlots(int dcap) { return dcap > kDCapMedium ? 4 : 8; }
+/* Elements of one K/V L1 buffer: 128 KiB of fp16/bf16; two of them, alternating, plus the slots fit L1. */
+constexpr int kChunkTileElems = 64 * 1024;
+/* Tokens per piece: the buffer holds ChunkSlots heads of DCap rows (D 64: 128, D 128: 64, D 256: 64). */
+constexpr int ChunkTokens(int dcap) { return kChunkTileElems / (ChunkSlots(dcap) * dcap); }
+
+template <typename T, int DCap>
+struct ChunkPath {
+    static constexpr int kSlots = ChunkSlots(DCap);
+    static constexpr int kTok = ChunkTokens(DCap);
+    /* L1 (Mat) tiles: the chunk's K^T (ZN) and V (NZ), one head's view of each, a q staging tile, P slots.
+     * P is kTok columns wider than a unit: A2/A3's TEXTRACT wants the whole static sub-tile inside the source. */
+    using KAll = Tile<TileType::Mat, T, kSlots * DCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    using VAll = Tile<TileType::Mat, T, kTok, kSlots * DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using KMat = Tile<TileType::Mat, T, DCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    using VMat = Tile<TileType::Mat, T, kTok, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using QMat = Tile<TileType::Mat, T, kSlotRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using PMat = Tile<TileType::Mat, T, kSlotRows, kHandoffTokens + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+                      SLayout::RowMajor, kFractalBytes>;
+    /* L0 tiles */
+    using QLeft = TileLeft<T, kSlotRows, DCap, DYNAMIC, DYNAMIC>;
+    using PLeft = TileLeft<T, kSlotRows, kTok, DYNAMIC, DYNAMIC>;
+    using KRight = TileRight<T, DCap, kTok, DYNAMIC, DYNAMIC>;
+    using VRight = TileRight<T, kTok, DCap, DYNAMIC, DYNAMIC>;
+    using SAcc = TileAcc<float, kSlotRows, kTok, DYNAMIC, DYNAMIC>;
+    using OAcc = TileAcc<float, kSlotRows, DCap, DYNAMIC, DYNAMIC>;
+
+    /* On-chip layout (bytes).  L1: q staging | P slots | two K/V buffers.  L0A: q slots | two P operands.
+     * L0B: two operands.  L0C: two S accumulators | P.V slots. */
+    static constexpr uint32_t kL1Q = 0;
+    static constexpr uint32_t kL1P = AlignUp(QMat::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1PBytes = AlignUp(PMat::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1Kv0 = kL1P + kSlots * kL1PBytes;
+    static constexpr uint32_t kL1KvBytes = AlignUp(KAll::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0aQBytes = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0aP = kSlots * kL0aQBytes;
+    static constexpr uint32_t kL0aPBytes = AlignUp(PLeft::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0bOpBytes = AlignUp(KRight::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0cSBytes = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kL0cO = 2 * kL0cSBytes;
+    static constexpr uint32_t kL0cOBytes = AlignUp(OAcc::Numel * sizeof(float), kOnChipAlign);
+    static_assert(KAll::Numel == VAll::Numel && KAll::Numel <= kChunkTileElems, "K and V share the L1 buffers");
+    static_assert(KRight::Numel == VRight::Numel, "K and V share the L0B buffers");
+    static_assert(kL1Kv0 + 2 * kL1KvBytes <= kL1Bytes, "L1 plan overflows");
+    static_assert(kL0aP + 2 * kL0aPBytes <= kL0aBytes, "L0A plan overflows");
+    static_assert(2 * kL0bOpBytes <= pa::kL0bBytes, "L0B plan overflows");
+    static_assert(kL0cO + kSlots * kL0cOBytes <= kL0cBytes, "L0C plan overflows");
+    static_assert(kTok % 16 == 0 && kHandoffTokens % 16 == 0, "pieces and units start on whole fractals");
+
+    using Piece = typename CubeState<T>::Piece;
+
+    /* Byte offset of KV head j's rows (K^T) or columns (V) inside a K/V buffer: j*D rows of a ZN tile with
+     * kTok static columns, or j*D columns of an NZ tile with kTok static rows (D is a multiple of 16). */
+    static AICORE inline uint32_t HeadView(uint32_t bl, uint32_t j, uint32_t d)
+    {
+        return kL1Kv0 + bl * kL1KvBytes + j * d * uint32_t(kTok) * uint32_t(sizeof(T));
+    }
+
+    /* Calls fn(kvh0, nkv) for each chunk of the task's KV heads. */
+    template <typename Fn>
+    static AICORE inline void ForEachChunk(const CubeState<T> &st, const Task &tk, Fn &&fn)
+    {
+        const uint32_t last = st.LastKvHead(tk);
+        for (uint32_t kvh0 = st.FirstKvHead(tk); kvh0 <= last; kvh0 += kSlots) {
+            const uint32_t nkv = last - kvh0 + 1 < uint32_t(kSlots) ? last - kvh0 + 1 : uint32_t(kSlots);
+            fn(kvh0, nkv);
+        }
+    }
+
+    /* Unit u: S = Q.K^T of every head of every chunk into GM scratch stage `stage`. */
+    static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
+    {
+        const uint32_t d = st.t.headDim;
+        ForEachChunk(st, tk, [&](uint32_t kvh0, uint32_t nkv) {
+            WaitFlag(kQLeftFree); /* the previous chunk's last Q.K^T read the q slots */
+            for (uint32_t j = 0; j < nkv; ++j) {
+                uint32_t r0, m;
+                st.RunRows(tk, kvh0 + j, r0, m);
+                QMat qMat(m, d);
+                QLeft qLeft(m, d);
+                Assign(qMat, kL1Q);
+                Assign(qLeft, j * kL0aQBytes);
+                WaitFlag(kQL1Free);
+                LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
+                Handoff(kQLoaded);
+                Mov(qLeft, qMat);
+                SetFlag(kQL1Free);
+            }
+            /* No Q -> M flag: every L0Ready(b) below is set on MTE1 after these moves. */
+            st.ForEachPiece(tk, u, kTok, [&](const Piece &pc) {
+                const uint32_t bl = st.l1Toggle++ & 1u;
+                KAll kAll(nkv * d, pc.len);
+                Assign(kAll, kL1Kv0 + bl * kL1KvBytes);
+                WaitFlag(KvL1Free(bl));
+                LoadDn(kAll, st.k, pc.kvOff + uint64_t(kvh0) * d, nkv * d, pc.len, uint64_t(st.t.kvHeads) * d,
+                       kTrafficKv);
+                Handoff(KvLoaded(bl));
+                for (uint32_t j = 0; j < nkv; ++j) {
+                    uint32_t r0, m;
+                    st.RunRows(tk, kvh0 + j, r0, m);
+                    const uint32_t b = st.l0Toggle++ & 1u;
+                    KMat kMat(d, pc.len);
+                    KRight kRight(d, pc.len);
+                    QLeft qLeft(m, d);
+                    SAcc acc(m, pc.len);
+                    Assign(kMat, HeadView(bl, j, d));
+                    Assign(kRight, b * kL0bOpBytes);
+                    Assign(qLeft, j * kL0aQBytes);
+                    Assign(acc, b * kL0cSBytes);
+                    WaitFlag(L0Free(b));
+                    Mov(kRight, kMat);
+                    if (j + 1 == nkv) SetFlag(KvL1Free(bl));
+                    Handoff(L0Ready(b));
+                    WaitFlag(SAccFree(b));
+                    Matmul(acc, qLeft, kRight);
+                    Count(kCountMatmul);
+                    SetFlag(L0Free(b));
+                    Handoff(SAccReady(b));
+                    StoreNd(st.s, ScratchS(st.core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len,
+                            kScorePitch, acc, kTrafficScratch);
+                    SetFlag(SAccFree(b));
+                }
+            });
+            SetFlag(kQLeftFree);
+        });
+    }
+
+    /* Unit u: O_tmp = P.V of every head, accumulated over the unit's pieces in the heads' L0C slots.  The
+     * device multiplies the inner (token) length rounded up to 16, so a ragged unit zeroes the P slots and a
+     * ragged piece its V buffer first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
+    static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
+    {
+        const uint32_t d = st.t.headDim;
+        const uint32_t unitLen = UnitTokens(tk, u);
+        const bool ragged = unitLen % 16 != 0;
+        ForEachChunk(st, tk, [&](uint32_t kvh0, uint32_t nkv) {
+            WaitFlag(kPL1Free);
+            for (uint32_t j = 0; j < nkv; ++j) {
+                uint32_t r0, m;
+                st.RunRows(tk, kvh0 + j, r0, m);
+                if (ragged) { /* MTE2, before the load on the same in-order pipe */
+                    PMat whole(kSlotRows, PMat::Cols);
+                    Assign(whole, kL1P + j * kL1PBytes);
+                    ZeroL1(whole);
+                }
+                PMat pMat(m, unitLen);
+                Assign(pMat, kL1P + j * kL1PBytes);
+                LoadNd(pMat, st.p, ScratchP(st.core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
+                       kTrafficScratch);
+            }
+            /* No P -> MTE1 flag: every piece's KvLoaded(bl) is set on MTE2 after these loads. */
+            WaitFlag(kOAccFree);
+            bool first = true;
+            st.ForEachPiece(tk, u, kTok, [&](const Piece &pc) {
+                const uint32_t bl = st.l1Toggle++ & 1u;
+                VAll vAll(pc.len, nkv * d);
+                Assign(vAll, kL1Kv0 + bl * kL1KvBytes);
+                WaitFlag(KvL1Free(bl));
+                if (pc.len % 16 != 0) {
+                    VAll whole(VAll::Rows, VAll::Cols);
+                    Assign(whole, kL1Kv0 + bl * kL1KvBytes);
+                    ZeroL1(whole);
+                }
+                LoadNd(vAll, st.v, pc.kvOff + uint64_t(kvh0) * d, pc.len, nkv * d, uint64_t(st.t.kvHeads) * d,
+                       kTrafficKv);
+                Handoff(KvLoaded(bl));
+                for (uint32_t j = 0; j < nkv; ++j) {
+                    uint32_t r0, m;
+                    st.RunRows(tk, kvh0 + j, r0, m);
+                    const uint32_t b = st.l0Toggle++ & 1u;
+                    VMat vMat(pc.len, d);
+                    VRight vRight(pc.len, d);
+                    PMat pMat(m, unitLen);
+                    PLeft pLeft(m, pc.len);
+                    OAcc acc(m, d);
+                    Assign(vMat, HeadView(bl, j, d));
+                    Assign(vRight, b * kL0bOpBytes);
+                    Assign(pMat, kL1P + j * kL1PBytes);
+                    Assign(pLeft, kL0aP + b * kL0aPBytes);
+                    Assign(acc, kL0cO + j * kL0cOBytes);
+                    WaitFlag(L0Free(b));
+                    Extract(pLeft, pMat, 0, pc.col);
+                    Mov(vRight, vMat);
+                    if (j + 1 == nkv) SetFlag(KvL1Free(bl));
+                    Handoff(L0Ready(b));
+                    if (first) {
+                        Matmul(acc, pLeft, vRight);
+                    } else {
+                        MatmulAcc(acc, pLeft, vRight);
+                    }
+                    Count(kCountMatmul);
+                    SetFlag(L0Free(b));
+                }
+                first = false;
+            });
+            SetFlag(kPL1Free);
+            Handoff(kOAccReady);
+            for (uint32_t j = 0; j < nkv; ++j) {
+                uint32_t r0, m;
+                st.RunRows(tk, kvh0 + j, r0, m);
+                OAcc acc(m, d);
+                Assign(acc, kL0cO + j * kL0cOBytes);
+                StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
+            }
+            SetFlag(kOAccFree);
+        });
+    }
+};
+
+}  // namespace pa
+
+#endif /* PA_CUBE_CHUNK_HPP */

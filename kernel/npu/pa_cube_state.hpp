@@ -1,0 +1,69 @@
+/*
+ * What both cube data paths share: the core's GM handles, the global hand-off counter, the buffer toggles,
+ * and the two walks every unit makes: page-contiguous pieces of its tokens, and runs of task rows that share
+ * one KV head.
+ */
+#ifndef PA_CUBE_STATE_HPP
+#define PA_CUBE_STATE_HPP
+
+#include "pa_tiling.hpp"
+
+namespace pa {
+
+template <typename T>
+struct CubeState {
+    const Tiling &t;
+    uint32_t core;
+    Gm<T> q, k, v, p;
+    Gm<int32_t> bt;
+    Gm<float> s, otmp;
+    uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
+    uint32_t l1Toggle = 0;    /* alternates the two K/V L1 buffers (per piece)                            */
+    uint32_t l0Toggle = 0;    /* alternates the two L0 operand / S accumulator buffers (per matmul)       */
+
+    /* A page-contiguous run of tokens inside a unit: GM element offset of its first token for kv head 0. */
+    struct Piece {
+        uint64_t kvOff;
+        uint32_t col, len;
+    };
+
+    /* Walks unit u of a task in pieces that never cross a page and hold at most maxTokens tokens; one
+     * block-table read per piece. */
+    template <typename Fn>
+    AICORE inline void ForEachPiece(const Task &tk, uint32_t u, uint32_t maxTokens, Fn &&fn)
+    {
+        const uint32_t unitStart = tk.tokStart + u * kHandoffTokens;
+        const uint32_t unitLen = UnitTokens(tk, u);
+        const uint64_t rowElems = uint64_t(t.kvHeads) * t.headDim;
+        for (uint32_t col = 0; col < unitLen;) {
+            const uint32_t tok = unitStart + col;
+            const uint32_t page = tok / t.blockSize, inPage = tok % t.blockSize;
+            uint32_t len = t.blockSize - inPage;
+            if (len > maxTokens) len = maxTokens;
+            if (len > unitLen - col) len = unitLen - col;
+            const uint64_t entry = uint64_t(tk.batchIdx) * t.maxBlocks + page;
+            const int32_t id = ReadScalar(bt, entry);
+            CheckBlockId(id, entry);
+            fn(Piece{(uint64_t(id) * t.blockSize + inPage) * rowElems, col, len});
+            col += len;
+        }
+    }
+
+    /* The task rows [r0, r0 + m) whose q heads use KV head kvh (kvh within the task's KV heads). */
+    AICORE inline void RunRows(const Task &tk, uint32_t kvh, uint32_t &r0, uint32_t &m) const
+    {
+        uint32_t first = kvh * t.group, end = first + t.group;
+        if (first < tk.headStart) first = tk.headStart;
+        if (end > tk.headStart + tk.headCount) end = tk.headStart + tk.headCount;
+        r0 = first - tk.headStart;
+        m = end - first;
+    }
+
+    /* The task's KV heads: [first, last]. */
+    AICORE inline uint32_t FirstKvHead(const Task &tk) const { return tk.headStart / t.group; }
+    AICORE inline uint32_t LastKvHead(const Task &tk) const { return (tk.headStart + tk.headCount - 1) / t.group; }
+};
+
+}  // namespace pa
+
+#endif /* PA_CUBE_STATE_HPP */
