@@ -171,6 +171,12 @@ ACCURACY_CASES = {
     "fp16_24_cores_tail_pass": {"lens": [int(n) for n in np.random.default_rng(7).integers(1, 300, 32)], "hq": 32,
                                 "hkv": 8, "cores": 24},
     "bf16_24_cores_long_split_kv": {"lens": [8192, 3000], "hq": 16, "hkv": 2, "dtype": "bf16", "cores": 24},
+    # one core walks every task: multi-unit tasks back to back (the pipeline runs across task boundaries), then
+    # (reversed gather map) the empty sequence while a task's second unit is pending: the vectors retire that
+    # task before writing the zero rows; a one-unit task between tasks in the second case
+    "fp16_one_core_task_boundaries": {"lens": [1200, 700, 0], "cores": 1, "reverse_gather": True},
+    "bf16_one_core_task_boundaries_split_kv": {"lens": [1200, 0, 2100, 5], "cores": 1, "dtype": "bf16",
+                                               "strategy": "split_kv"},
 }
 
 

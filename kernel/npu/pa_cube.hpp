@@ -1,9 +1,9 @@
 /*
  * Cube side (AIC): S = Q.K^T and O_tmp = P.V for every hand-off unit of every task of this core.
  *
- * Per task the cube runs a one-unit-ahead pipeline: QK(0), QK(1), PV(0), QK(2), PV(1), ..., PV(U-1), so
- * while the vectors turn S(u) into P(u) the cube already computes S(u+1); it waits on the vectors only when
- * it needs P(u).  The data path of a unit is chosen once per launch by the KV group size: groups of at most
+ * The cube runs a one-unit-ahead pipeline over all units of all its tasks: QK(0), QK(1), PV(0), QK(2), PV(1),
+ * ..., with the next task's QK(0) before the current task's last PV, so while the vectors turn S(u) into P(u)
+ * the cube already computes S(u+1), across task boundaries too; it waits on the vectors only when it needs P(u).  The data path of a unit is chosen once per launch by the KV group size: groups of at most
  * 16 q heads take the chunk path (pa_cube_chunk.hpp: several KV heads per load, long bursts), larger groups
  * the head path (pa_cube_head.hpp: one KV head per load).  Both use the same buffers' flags (pa_sync.hpp).
  */
@@ -51,27 +51,41 @@ struct CubeCore {
         SignalVectors(UpdateReady(stage));
     }
 
+    /* One pipeline over all of the core's units, task after task: the next task's first S = Q.K^T is issued
+     * before the current task's last P.V, so the vectors never wait for the cube at a task boundary (no drain
+     * between tasks).  Stages alternate by the global unit counter, as on the vectors. */
     template <typename Path>
     AICORE inline void RunTasks(uint32_t blockNum)
     {
+        Task pending{};
+        uint32_t pendingUnit = 0;
+        bool havePending = false;
         ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
             const uint32_t units = UnitsOf(tk);
-            const uint32_t base = st.unitCounter;
             for (uint32_t u = 0; u < units; ++u) {
+                const uint32_t stage = st.unitCounter % kStages;
                 SetUnit(u);
-                QkUnit<Path>(tk, u, (base + u) % kStages);
+                QkUnit<Path>(tk, u, stage);
                 Count(kCountUnit);
-                if (u >= 1) {
-                    SetUnit(u - 1);
-                    PvUnit<Path>(tk, u - 1, (base + u - 1) % kStages);
+                if (havePending) {
+                    SetWorkItem(int32_t(pending.slot), int32_t(pending.headStart), int32_t(pending.split));
+                    SetUnit(pendingUnit);
+                    PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
+                    SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 }
+                pending = tk;
+                pendingUnit = u;
+                havePending = true;
+                ++st.unitCounter;
             }
-            SetUnit(units - 1);
-            PvUnit<Path>(tk, units - 1, (base + units - 1) % kStages);
-            st.unitCounter = base + units;
         });
+        if (havePending) {
+            SetWorkItem(int32_t(pending.slot), int32_t(pending.headStart), int32_t(pending.split));
+            SetUnit(pendingUnit);
+            PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
+        }
     }
 
     AICORE inline void Run(uint32_t blockNum)

@@ -5,8 +5,9 @@
  *   softmax(u): S rows from GM s -> * scale -> row max -> running max m, dm = exp(m_old - m_new)
  *               P = exp(S - m) rounded to the input dtype -> GM p; l_u = row sum of the rounded P
  *   update(u):  O_tmp rows from GM o_tmp -> O = dm * O + O_tmp, l = dm * l + l_u
- * in the order softmax(0), softmax(1), update(0), softmax(2), update(1), ... (the mirror of the cube's
- * preload pipeline), so dm and l_u are kept per stage.  After the last unit O /= l and either the output
+ * in the order softmax(0), softmax(1), update(0), softmax(2), update(1), ... over all units of all the core's
+ * tasks (the mirror of the cube's preload pipeline, across task boundaries), so dm and l_u are kept per stage
+ * and m per task parity.  After the last unit O /= l and either the output
  * row (cast once) or, for split-KV, the normalised fp32 partial and lse = ln(l) + m are written.
  */
 #ifndef PA_VECTOR_HPP
@@ -36,7 +37,18 @@ struct VectorCore {
     static constexpr uint32_t kUbOout = kUbOacc + OF::Numel * sizeof(float);
     static constexpr uint32_t kUbCols = AlignUp(kUbOout + OT::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kColBytes = AlignUp(Col::Numel * sizeof(float), kRowVecAlign);
-    enum ColSlot : uint32_t { kColM, kColL, kColLm, kColHm, kColLse, kColDm0, kColLl0 = kColDm0 + kStages, kColEnd = kColLl0 + kStages };
+    /* kColM0/kColM1: the running max of the task in flight and of the next one (the next task's first
+     * softmax runs before the current task's last update and output, which reads m for the lse). */
+    enum ColSlot : uint32_t {
+        kColM0,
+        kColL = kColM0 + 2,
+        kColLm,
+        kColHm,
+        kColLse,
+        kColDm0,
+        kColLl0 = kColDm0 + kStages,
+        kColEnd = kColLl0 + kStages
+    };
     static_assert(kUbCols + kColEnd * kColBytes <= kUbBytes, "UB plan overflows");
 
     const Tiling &t;
@@ -60,7 +72,7 @@ struct VectorCore {
         return c;
     }
 
-    AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
+    AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, ColSlot mSlot, uint32_t row0, uint32_t r)
     {
         WaitFromCube(QkReady(stage));
         if (r != 0) {
@@ -70,8 +82,8 @@ struct VectorCore {
             Assign(sT, kUbS);
             Assign(pF, kUbPf);
             Assign(pT, kUbPt);
-            Col gm = ColAt(kColM, r), lm = ColAt(kColLm, r);
-            Row gmRow = RowAt(kColM, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
+            Col gm = ColAt(mSlot, r), lm = ColAt(kColLm, r);
+            Row gmRow = RowAt(mSlot, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
             Row dmRow = RowAt(ColSlot(kColDm0 + stage), r);
             Col ll = ColAt(ColSlot(kColLl0 + stage), r);
             WaitFlag(kSUbFree);
@@ -141,7 +153,7 @@ struct VectorCore {
         SetFlag(kOtmpUbFree);
     }
 
-    AICORE inline void Finish(const Task &tk, uint32_t row0, uint32_t r)
+    AICORE inline void Finish(const Task &tk, ColSlot mSlot, uint32_t row0, uint32_t r)
     {
         if (r == 0) return;
         const uint32_t d = t.headDim;
@@ -149,7 +161,7 @@ struct VectorCore {
         OF oA(r, d);
         Assign(oA, kUbOacc);
         Col gl = ColAt(kColL, r);
-        Row glRow = RowAt(kColL, r), gmRow = RowAt(kColM, r), lseRow = RowAt(kColLse, r);
+        Row glRow = RowAt(kColL, r), gmRow = RowAt(mSlot, r), lseRow = RowAt(kColLse, r);
         VecBarrier(kEdgeBarFinal);
         RowExpandDiv(oA, oA, gl);
         VecBarrier(kEdgeBarNormed);
@@ -197,32 +209,54 @@ struct VectorCore {
         fn(kOutUbFree);
     }
 
+    /* A unit whose update is still to run: the task, its rows on this sub-core, the unit and its stage. */
+    struct Pending {
+        Task tk;
+        uint32_t row0, r, u, units, stage;
+        ColSlot mSlot;
+    };
+
+    /* The pending unit's update, and the task's output after its last unit. */
+    AICORE inline void Retire(const Pending &pd)
+    {
+        SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
+        SetUnit(pd.u);
+        Update(pd.u, pd.stage, pd.row0, pd.r);
+        if (pd.u + 1 == pd.units) Finish(pd.tk, pd.mSlot, pd.row0, pd.r);
+    }
+
+    /* The mirror of the cube's pipeline over all units of all tasks: softmax(x) then update(x - 1), across
+     * task boundaries, so the next task's first softmax runs before the current task's last update. */
     AICORE inline void Run(uint32_t blockNum)
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
+        Pending pending{};
+        bool havePending = false;
+        uint32_t taskCounter = 0;
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             const uint32_t half = tk.headCount / kVecSubCores;
             const uint32_t row0 = sub == 0 ? 0 : half;
             const uint32_t r = sub == 0 ? half : tk.headCount - half;
-            if (tk.empty) {
+            if (tk.empty) { /* no cube work: finish the pending task first (its output buffer is shared) */
+                if (havePending) Retire(pending);
+                havePending = false;
+                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 if (r != 0) WriteZeros(tk, row0, r);
                 return;
             }
             const uint32_t units = UnitsOf(tk);
-            const uint32_t base = unitCounter;
+            const ColSlot mSlot = ColSlot(kColM0 + taskCounter++ % 2);
             for (uint32_t u = 0; u < units; ++u) {
+                const uint32_t stage = unitCounter++ % kStages;
                 SetUnit(u);
-                Softmax(tk, u, (base + u) % kStages, row0, r);
-                if (u >= 1) {
-                    SetUnit(u - 1);
-                    Update(u - 1, (base + u - 1) % kStages, row0, r);
-                }
+                Softmax(tk, u, stage, mSlot, row0, r);
+                if (havePending) Retire(pending);
+                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+                pending = Pending{tk, row0, r, u, units, stage, mSlot};
+                havePending = true;
             }
-            SetUnit(units - 1);
-            Update(units - 1, (base + units - 1) % kStages, row0, r);
-            Finish(tk, row0, r);
-            unitCounter = base + units;
         });
+        if (havePending) Retire(pending);
         ForEachFreeFlag([](auto f) { WaitFlag(f); });
         if (t.SplitKv()) {
             VectorBarrier();
