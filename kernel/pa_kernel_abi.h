@@ -229,6 +229,11 @@ static inline uint32_t pa_kv_splits(uint32_t kv_len, uint32_t block_size, uint32
  *    min(group, PA_HEAD_SPLIT_LIMIT)) is replaced by a split-KV grid of whole-group tasks whose KV ranges
  *    fill the cores: decode is memory-bound and every task on a group re-reads its K/V (ATB's BN split of
  *    b8 16q/1kv heads reads the cache 3 times).  Forced "bn"/"split_kv" keep ATB's rules.
+ * 9. With strategy "auto", a split-KV grid gives way to the small-batch grid: each task takes the fewest
+ *    whole KV groups whose K row per token is at least 512 bytes (full DMA efficiency), and each sequence is
+ *    cut into as many page ranges as leave every core one task; taken when those ranges hold at least one
+ *    hand-off (512 tokens) or the grid it replaces needs a second round of tasks (tiling/splits.py,
+ *    split_small_batch; the evidence: python -m timing.plan_search, kernel/npu/PERFORMANCE.md).
  */
 
 /* ---- error codes returned by call_kernel ------------------------------------------------------------- */

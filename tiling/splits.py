@@ -32,6 +32,14 @@ SPECIAL_BATCH, SPECIAL_HEADS, SPECIAL_HEAD_SPLIT = 16, 32, 8
 #: HEADNUM_MOVE for MHA with small heads: one K load covers two adjacent kv heads.
 MHA_HEADNUM_MOVE = 2
 MHA_HEADNUM_MOVE_MAX_DIM = 128
+#: Departure 9: a token's K/V rows of this many bytes or more move at full DMA efficiency (the timing model's
+#: burst curve, docs/TIMING_MODEL.md); the small-batch grid gives each task enough KV heads to reach it.
+FULL_BURST_BYTES = 512
+#: bytes per K/V element (fp16 and bf16)
+KV_ELEM_BYTES = 2
+#: The kernel's cube->vector hand-off (tokens): a small-batch range shorter than this saves no hand-off, it
+#: only adds combine partials, so it is taken only to avoid a second round of tasks.
+HANDOFF_TOKENS = abi.S_HALF_ELEMS // abi.HEAD_SPLIT_LIMIT
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -236,6 +244,36 @@ def split_kv_whole_groups(
                           head_split, core_count)
 
 
+def split_small_batch(
+    batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
+) -> CoreSplit | None:
+    """Departure 9: the small-batch split-KV grid, one round of tasks with long K/V bursts.
+
+    Each task takes the fewest whole KV groups whose K row per token reaches ``FULL_BURST_BYTES`` (two KV
+    heads at D 128), and each sequence is cut into as many page ranges as leave every core one task.
+    ``split_cores`` takes it when its ranges hold at least one hand-off or the grid it replaces needs a second
+    round of tasks; the frozen timing model then ranks it first or within 1 % of the best one-pass grid at the
+    published batch-1 shapes (``python -m timing.plan_search``, kernel/npu/PERFORMANCE.md).  None when the
+    grid would not cut the KV range at least twice.
+    """
+    group = num_heads // num_kv_heads
+    kv_per_task = min(num_kv_heads, ceil_div(FULL_BURST_BYTES, head_dim * KV_ELEM_BYTES))
+    head_split = kv_per_task * group
+    if head_split > abi.HEAD_SPLIT_LIMIT:
+        return None
+    ranges = core_count // (batch * ceil_div(num_heads, head_split))
+    if ranges < 2:
+        return None
+    kv_align = _kv_align(max_kv, block_size)
+    kv_pages = kv_align // block_size
+    pages_per_split = max(ceil_div(kv_pages, ranges), ceil_div(kv_pages, combine_split_limit(head_dim)))
+    kv_split_tokens = pages_per_split * block_size
+    kv_core_num = abi.kv_splits(kv_align, block_size, kv_split_tokens)
+    if kv_core_num < 2:
+        return None
+    return one_pass_grid(batch, num_heads, num_kv_heads, head_split, kv_split_tokens, kv_core_num, core_count)
+
+
 def splits_a_group(split: CoreSplit, group: int) -> bool:
     """Whether some task holds fewer heads of a KV group than a whole-group task could (K/V read again)."""
     whole = min(group, abi.HEAD_SPLIT_LIMIT)
@@ -262,13 +300,20 @@ def split_cores(
     """Pick BN or split-KV (ATB's rule unless forced) and compute its task grid.
 
     In ``auto`` mode a grid that would cut a KV group across tasks is replaced by the whole-group split-KV
-    grid (departure 8): decode is memory-bound, and each extra task on a group reads its K/V again.
+    grid (departure 8): decode is memory-bound, and each extra task on a group reads its K/V again.  A split-KV
+    grid then gives way to the small-batch grid where that applies (departure 9).
     """
     chosen = choose_strategy(batch, num_heads, max_kv, core_count, strategy)
     if chosen == "bn":
         split = split_bn(batch, num_heads, num_kv_heads, max_kv, block_size, core_count)
     else:
         split = split_kv(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
-    if strategy == "auto" and max_kv > 0 and splits_a_group(split, num_heads // num_kv_heads):
-        return split_kv_whole_groups(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+    if strategy != "auto" or max_kv == 0:
+        return split
+    if splits_a_group(split, num_heads // num_kv_heads):
+        split = split_kv_whole_groups(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+    if split.kv_core_num > 1:
+        small = split_small_batch(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
+        if small is not None and (small.kv_split_tokens >= HANDOFF_TOKENS or split.task_count > core_count):
+            return small
     return split

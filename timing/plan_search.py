@@ -1,0 +1,99 @@
+"""Which task grid the frozen model predicts fastest for a shape: the planner's choice against every one-pass
+grid of whole KV groups per task and whole pages per KV range.
+
+    python -m timing.plan_search [--shapes b1_h32kv8_d128_ctx2k_bs128_fp16,...] [--top 5]
+
+For each shape the planner's own grid and each candidate (q heads per task: whole KV groups up to the ABI's
+head-split cap; KV range: any whole number of pages that leaves at most two rounds of tasks on the cores and
+no more ranges than the combine holds) run once in the simulation and are replayed at the model's nominal
+constants; the best few are replayed at the pessimistic end too.  This is the evidence behind the planner's
+small-batch rule (``tiling/splits.py``: ``split_small_batch``); its figures are predictions, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from benchmark.shapes import BenchShape, pr_shapes
+from tiling import abi, planner, splits
+from timing.costs import load_cost_tables
+from timing.model import DEFAULT, at_band_end
+from timing.predictions import trace_of
+from timing.replay import replay
+
+
+@dataclass(frozen=True)
+class Candidate:
+    head_split: int
+    pages_per_split: int
+    kv_core_num: int
+    tasks: int
+
+
+def candidates(shape: BenchShape, core_count: int) -> list[Candidate]:
+    """Every whole-group head split x whole-page KV range with at most two rounds of tasks."""
+    group = shape.num_heads // shape.num_kv_heads
+    kv_pages = -(-shape.max_context // shape.block_size)
+    limit = splits.combine_split_limit(shape.head_dim)
+    out: dict[tuple[int, int], Candidate] = {}
+    for head_split in range(group, min(shape.num_heads, abi.HEAD_SPLIT_LIMIT) + 1, group):
+        chunks = -(-shape.num_heads // head_split)
+        for pages in range(1, kv_pages + 1):
+            kvcn = -(-kv_pages // pages)
+            tasks = shape.batch * chunks * kvcn
+            if kvcn > limit or tasks > 2 * core_count or (kvcn, head_split) in out:
+                continue
+            out[(kvcn, head_split)] = Candidate(head_split, pages, kvcn, tasks)
+    return sorted(out.values(), key=lambda c: (c.tasks, c.head_split))
+
+
+@contextmanager
+def forced_grid(shape: BenchShape, cand: Candidate, core_count: int) -> Iterator[None]:
+    """The planner plans ``cand``'s grid instead of its own while the block runs."""
+    grid = splits.one_pass_grid(shape.batch, shape.num_heads, shape.num_kv_heads, cand.head_split,
+                                cand.pages_per_split * shape.block_size, cand.kv_core_num, core_count)
+    original = planner.split_cores
+    planner.split_cores = lambda *args, **kwargs: grid  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        planner.split_cores = original  # type: ignore[assignment]
+
+
+def predicted(shape: BenchShape, cand: Candidate | None, pessimistic: bool = False) -> float:
+    constants = at_band_end(DEFAULT, 1) if pessimistic else DEFAULT
+    if cand is None:
+        trace = trace_of(shape, DEFAULT.cube_cores)
+    else:
+        with forced_grid(shape, cand, DEFAULT.cube_cores):
+            trace = trace_of(shape, DEFAULT.cube_cores)
+    return replay(trace, load_cost_tables(), constants).predicted_us
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="", help="comma-separated shape ids (default: the published b1 shapes)")
+    ap.add_argument("--top", type=int, default=3)
+    args = ap.parse_args(argv)
+    wanted = [s for s in args.shapes.split(",") if s]
+    shapes = [s for s in pr_shapes() if (s.shape_id in wanted if wanted else s.batch == 1)]
+    print("| shape | grid | heads/task | KV ranges | tasks | predicted µs | pessimistic µs |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        base = predicted(shape, None)
+        base_slow = predicted(shape, None, pessimistic=True)
+        ranked = sorted(((predicted(shape, c), c) for c in candidates(shape, DEFAULT.cube_cores)),
+                        key=lambda r: r[0])
+        print(f"| {shape.shape_id} | planner | - | - | - | {base:.1f} | {base_slow:.1f} |")
+        for us, c in ranked[: args.top]:
+            slow = predicted(shape, c, pessimistic=True)
+            print(f"| {shape.shape_id} | candidate | {c.head_split} | {c.kv_core_num} | {c.tasks} | {us:.1f} | "
+                  f"{slow:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
