@@ -12,6 +12,8 @@
 #                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
+#   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
+#                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
@@ -142,6 +144,19 @@ build_npu() {
     fi
 }
 
+# run()'s checks in C++ against the installed torch (launcher/run_check/build.py decides what is up to date).
+build_run_check() {
+    local py out rc=0
+    py="$(python_bin)"
+    out="$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" -m launcher.run_check.build "$LIB_DIR" 2>&1)" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        printf '%s\n' "$out"
+        record "run() checks in C: skipped (the compile failed, above; run() keeps its Python checks)"
+    else
+        record "$(printf '%s\n' "$out" | tail -n 1)"
+    fi
+}
+
 main() {
     local do_setup="" arg
     for arg in "$@"; do
@@ -168,6 +183,7 @@ main() {
         setup
     fi
     build_mock
+    build_run_check
     build_sim
     check_a2a3
     build_npu

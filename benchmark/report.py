@@ -89,6 +89,8 @@ class LaunchOverhead:
     split_kv_runner_noop_us: float | None = None
     #: ``runner.run(q, k, v, out)`` on other tensors with a BN plan: argument checks + the launch path.
     run_noop_us: float | None = None
+    #: which of run()'s checks ran: "compiled" (launcher/run_check) or "Python"
+    run_checks: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def render_header(report: BenchReport) -> str:
         f"launch:   {runner_us} µs per runner launch into call_kernel_noop ({split_us} µs with a split-KV plan); "
         f"bare cached ctypes call {bare_us} µs (host, shape {lo.probe_shape_id}){'; ' + lo.note if lo.note else ''}",
         f"run():    {run_us} µs per runner.run(q, k, v, out) into call_kernel_noop with a BN plan, {run_over} µs "
-        f"over the bare call (per-layer path of a decode step: argument checks + launch)",
+        f"over the bare call (per-layer path of a decode step: argument checks + launch; "
+        f"{lo.run_checks or 'unknown'} checks)",
         f"timing:   {report.timing.get('description', '')}",
         f"bytes:    {report.bytes_model}",
         f"command:  {report.command}",

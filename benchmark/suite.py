@@ -31,6 +31,7 @@ from benchmark.report import PA_KIT, STATUS_INACCURATE, STATUS_OK, BenchRecord, 
 from benchmark.shapes import BenchShape, uniform_shape
 from benchmark.sim_figures import read_sim_figures
 from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
+from launcher import run_check
 
 PA_KIT_CHECKED = "pa-kit checked"
 PA_KIT_INVARIANT = "pa-kit invariant"
@@ -116,9 +117,10 @@ def measure_launch_overhead(options: SuiteOptions, dtype: str = "fp16") -> Launc
     method_us = host_us_per_call(runner.noop)
     bare_us = host_us_per_call(lambda: noop(*args))
     run_us = _run_overhead(case, options)
+    checks = "compiled" if run_check.load() is not None else "Python"
     note = f"runner.noop() {method_us:.2f} µs; plans {plan_summary(runner.plan)} / {plan_summary(split.plan)}"
     return LaunchOverhead(runner_us, bare_us, shape.shape_id, note=note, split_kv_runner_noop_us=split_us,
-                          run_noop_us=run_us)
+                          run_noop_us=run_us, run_checks=checks)
 
 
 def _run_overhead(case: BenchCase, options: SuiteOptions) -> float | None:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from launcher import validation
+from launcher import run_check, validation
 from launcher.backends import Backend, Launch, get_backend
 from launcher.validation import DecodeShape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention
@@ -199,6 +199,12 @@ class PagedAttentionRunner:
             self.library.call_kernel, self._run_args, self._extents, plan.num_blocks,  # type: ignore[arg-type]
             self.checked)
         self._run_expect = _RunExpect.of(self)
+        # The compiled checks, when built for this torch: one C call decides "all good" and writes the
+        # pointers; anything else goes through the Python checks below, which name the problem.
+        module = run_check.load()
+        self._fast_check = None if module is None else module.check
+        self._fast_expect = None if module is None else module.make_expect(
+            self.query, self.key_cache, self.block_table, _Q_ARG, _K_ARG, _V_ARG, _O_ARG)
         self._zero_state: Launch | None = None
         if plan.kv_core_num > 1:
             state = tuple(self._workspace[slot] for slot in SPLIT_KV_STATE if slot in self._workspace)
@@ -232,6 +238,22 @@ class PagedAttentionRunner:
         a few attribute reads; a violation raises ``TypeError``/``ValueError`` before anything is launched.
         Nothing is re-planned or allocated, and ``runner()`` keeps launching on the bound tensors.
         """
+        if out is None:
+            out = self.out
+        fast = self._fast_check
+        if fast is None or not fast(self._fast_expect, query, key_cache, value_cache, out, self._run_args):
+            self._check_run(query, key_cache, value_cache, out)
+        if self._zero_state is not None:
+            self._zero_state()
+        self._run_launch()
+        if self._empty_rows is not None:
+            rows = self._empty_rows
+            self.backend.on_stream(lambda: out.index_fill_(0, rows, 0), self._stream)()
+        return out
+
+    def _check_run(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   out: torch.Tensor) -> None:
+        """run()'s checks in Python (the reference for the compiled ones); on success the pointers are set."""
         e = self._run_expect
         qs, cs, dt, dev = e.query_shape, e.cache_shape, e.dtype, e.device_index
         # Fast path: exact type, shape, dtype, device index, contiguity; anything else (a mismatch, or a
@@ -245,10 +267,8 @@ class PagedAttentionRunner:
         if not (type(value_cache) is Tensor and value_cache.shape == cs and value_cache.dtype is dt
                 and value_cache.get_device() == dev and value_cache.is_contiguous()):
             _check_run_tensor(value_cache, "value_cache", cs, e)
-        if out is None:
-            out = self.out
-        elif not (type(out) is Tensor and out.shape == qs and out.dtype is dt and out.get_device() == dev
-                  and out.is_contiguous()):
+        if not (type(out) is Tensor and out.shape == qs and out.dtype is dt and out.get_device() == dev
+                and out.is_contiguous()):
             _check_run_tensor(out, "out", qs, e)
         q, k, v, o = query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), out.data_ptr()
         o_end = o + e.query_bytes
@@ -261,13 +281,6 @@ class PagedAttentionRunner:
                              "got a NULL pointer (a meta or empty tensor?)")
         args = self._run_args
         args[_Q_ARG], args[_K_ARG], args[_V_ARG], args[_O_ARG] = q, k, v, o
-        if self._zero_state is not None:
-            self._zero_state()
-        self._run_launch()
-        if self._empty_rows is not None:
-            rows = self._empty_rows
-            self.backend.on_stream(lambda: out.index_fill_(0, rows, 0), self._stream)()
-        return out
 
     def noop(self) -> None:
         """Call ``call_kernel_noop`` with the cached arguments: the launch overhead without the kernel."""

@@ -3,11 +3,14 @@
 Checked: every layer's output equals a fresh runner's on the same tensors (same bits) and the float64 golden;
 ``runner()`` still launches on the bound tensors afterwards; nothing is re-planned or reallocated; every bad
 argument raises before any launch (a counting wrapper sees zero launches and the poisoned output stays NaN).
+Every test runs twice: with run()'s compiled checks (``launcher/run_check``, when built) and with its Python
+checks alone; the compiled check itself answers "look again" on every bad call and touches nothing then.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import types
 from collections.abc import Iterator
@@ -18,10 +21,13 @@ import torch
 
 from accuracy.harness import Inputs, golden, shuffled_block_table
 from accuracy.reference import compare
-from launcher import PagedAttentionRunner
+from launcher import PagedAttentionRunner, run_check
+from launcher.runner import FIRST_POINTER_ARG
 from tiling import abi
 
 LAYERS = 3
+#: the loader itself, before the check_path fixture replaces it for the Python-checks runs
+LOAD_RUN_CHECK = run_check.load
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
 
 
@@ -37,6 +43,16 @@ def _layer(seed: int, lens: tuple[int, ...], table: torch.Tensor, num_blocks: in
 def _table(lens: tuple[int, ...], num_blocks: int, seed: int = 0) -> torch.Tensor:
     pages = [-(-n // BLOCK) for n in lens]
     return shuffled_block_table(pages, num_blocks, torch.Generator().manual_seed(seed), max(pages) + 1)
+
+
+@pytest.fixture(autouse=True, params=["compiled checks", "python checks"])
+def check_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs each test on both of run()'s check paths (the compiled one only where it is built)."""
+    if request.param == "python checks":
+        monkeypatch.setattr(run_check, "load", lambda: None)
+    elif run_check.load() is None:
+        pytest.skip("launcher/run_check is not built (bash compile.sh)")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -179,3 +195,41 @@ def test_run_passes_the_new_pointers_and_zeroes_empty_rows_for_an_external_kerne
     for slot, tensor in slots.items():
         assert recorded.fake_ptr(int(slot)) == tensor.data_ptr(), slot.name
     assert bool((out[1] == 0).all()) and bool(torch.isnan(out[0]).all())  # the fake kernel writes nothing
+
+
+# ---- the compiled check itself ------------------------------------------------------------------------
+
+
+def test_compiled_check_is_built_where_required(check_path: str) -> None:
+    if os.environ.get("PA_KIT_REQUIRE_RUN_CHECK") == "1":
+        assert LOAD_RUN_CHECK() is not None, "PA_KIT_REQUIRE_RUN_CHECK=1 but launcher/run_check is not built"
+
+
+def test_compiled_check_says_look_again_on_every_bad_call(layers: list[Inputs], check_path: str) -> None:
+    """Negative controls: each bad call gets False and leaves the argument list alone; a good one gets True
+    and the four pointers.  A subclass of torch.Tensor is also "look again" (the Python checks decide)."""
+    module = run_check.load()
+    if module is None:
+        pytest.skip("the Python-checks run of this test has nothing to check")
+    runner = _runner(layers[0])
+    layer = layers[1]
+    check, expect = runner._fast_check, runner._fast_expect
+    assert check is module.check
+
+    class Sub(torch.Tensor):
+        pass
+
+    bad = [(what, change) for what, change, _, _ in _bad_calls(layer, runner)]
+    bad.append(("query subclass", dict(query=layer.query.as_subclass(Sub))))
+    for what, change in bad:
+        call: dict[str, object] = {"query": layer.query, "key_cache": layer.key_cache,
+                                   "value_cache": layer.value_cache, "out": runner.out, **change}
+        before = list(runner._run_args)
+        assert check(expect, call["query"], call["key_cache"], call["value_cache"], call["out"],
+                     runner._run_args) is False, what
+        assert runner._run_args == before, f"{what}: argument list touched"
+    out = torch.empty_like(layer.query)
+    assert check(expect, layer.query, layer.key_cache, layer.value_cache, out, runner._run_args) is True
+    got = [runner._run_args[FIRST_POINTER_ARG + slot] for slot in
+           (abi.ArgSlot.Q, abi.ArgSlot.K, abi.ArgSlot.V, abi.ArgSlot.O)]
+    assert got == [layer.query.data_ptr(), layer.key_cache.data_ptr(), layer.value_cache.data_ptr(), out.data_ptr()]

@@ -1,0 +1,139 @@
+/*
+ * pa_run_check: the per-layer checks of PagedAttentionRunner.run() in one C call.
+ *
+ * run() must check each call's query, caches and output against the plan (exact torch.Tensor, shape, dtype,
+ * device, contiguity, out aliasing nothing it reads) before anything is launched.  In Python those are about
+ * 0.9 µs of torch attribute reads per tensor; here they are a few loads from the C++ tensors.  The module
+ * decides only "all good": on any doubt it returns False and run() takes its Python checks, which name what
+ * is wrong and raise.  On success it writes the four data pointers into the launch's argument list.
+ *
+ *   expect = make_expect(query, cache, table, iq, ik, iv, io)   # once per plan: shapes, dtype, device, bytes,
+ *                                                               # table span, argument-list indices
+ *   ok = check(expect, query, key_cache, value_cache, out, args)   # per call
+ *
+ * Built by compile.sh against the installed torch (build/lib/pa_run_check*.so); TORCH_VERSION records which,
+ * and the launcher uses the module only when it matches the torch it runs with.
+ */
+#include <Python.h>
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <vector>
+
+#define PA_STR2(x) #x
+#define PA_STR(x) PA_STR2(x)
+
+namespace {
+
+struct Expect {
+    std::vector<int64_t> queryShape, cacheShape;
+    at::ScalarType dtype;
+    c10::Device device{c10::kCPU};
+    uint64_t queryBytes, cacheBytes, tableStart, tableEnd;
+    Py_ssize_t index[4]; /* where q, k, v and o go in the launch's argument list */
+};
+
+const char *kCapsule = "pa_run_check.Expect";
+
+void FreeExpect(PyObject *capsule)
+{
+    delete static_cast<Expect *>(PyCapsule_GetPointer(capsule, kCapsule));
+}
+
+bool Unpack(PyObject *obj, at::Tensor &out)
+{
+    if (!THPVariable_CheckExact(obj)) return false;
+    out = THPVariable_Unpack(obj);
+    return true;
+}
+
+/* make_expect(query, cache, table, iq, ik, iv, io) -> capsule */
+PyObject *MakeExpect(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+{
+    at::Tensor q, k, table;
+    if (nargs != 7 || !Unpack(args[0], q) || !Unpack(args[1], k) || !Unpack(args[2], table)) {
+        PyErr_SetString(PyExc_TypeError, "make_expect(query, cache, block_table, iq, ik, iv, io): three "
+                                         "torch.Tensor and four argument-list indices");
+        return nullptr;
+    }
+    Py_ssize_t index[4];
+    for (int i = 0; i < 4; ++i) {
+        index[i] = PyLong_AsSsize_t(args[3 + i]);
+        if (index[i] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "argument-list indices must be >= 0");
+            return nullptr;
+        }
+    }
+    auto *e = new Expect{q.sizes().vec(), k.sizes().vec(), q.scalar_type(), q.device(), uint64_t(q.nbytes()),
+                         uint64_t(k.nbytes()), uint64_t(reinterpret_cast<uintptr_t>(table.data_ptr())), 0,
+                         {index[0], index[1], index[2], index[3]}};
+    e->tableEnd = e->tableStart + uint64_t(table.nbytes());
+    return PyCapsule_New(e, kCapsule, FreeExpect);
+}
+
+bool Matches(const at::Tensor &t, const std::vector<int64_t> &shape, const Expect &e)
+{
+    return t.sizes().equals(shape) && t.scalar_type() == e.dtype && t.device() == e.device && t.is_contiguous();
+}
+
+bool Overlap(uint64_t a, uint64_t aBytes, uint64_t b, uint64_t bBytes) { return a < b + bBytes && b < a + aBytes; }
+
+/* check(expect, query, key_cache, value_cache, out, args) -> bool; on True the four data pointers are in
+ * args at the indices make_expect was given. */
+PyObject *Check(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "check(expect, query, key_cache, value_cache, out, args)");
+        return nullptr;
+    }
+    auto *e = static_cast<Expect *>(PyCapsule_GetPointer(args[0], kCapsule));
+    if (e == nullptr) return nullptr;
+    at::Tensor q, k, v, o;
+    if (!Unpack(args[1], q) || !Unpack(args[2], k) || !Unpack(args[3], v) || !Unpack(args[4], o)) Py_RETURN_FALSE;
+    if (!Matches(q, e->queryShape, *e) || !Matches(k, e->cacheShape, *e) || !Matches(v, e->cacheShape, *e) ||
+        !Matches(o, e->queryShape, *e)) {
+        Py_RETURN_FALSE;
+    }
+    const uint64_t pq = uint64_t(reinterpret_cast<uintptr_t>(q.data_ptr()));
+    const uint64_t pk = uint64_t(reinterpret_cast<uintptr_t>(k.data_ptr()));
+    const uint64_t pv = uint64_t(reinterpret_cast<uintptr_t>(v.data_ptr()));
+    const uint64_t po = uint64_t(reinterpret_cast<uintptr_t>(o.data_ptr()));
+    if (!pq || !pk || !pv || !po) Py_RETURN_FALSE;
+    if (Overlap(po, e->queryBytes, pq, e->queryBytes) || Overlap(po, e->queryBytes, pk, e->cacheBytes) ||
+        Overlap(po, e->queryBytes, pv, e->cacheBytes) ||
+        Overlap(po, e->queryBytes, e->tableStart, e->tableEnd - e->tableStart)) {
+        Py_RETURN_FALSE;
+    }
+    PyObject *list = args[5];
+    if (!PyList_CheckExact(list)) Py_RETURN_FALSE;
+    const uint64_t ptrs[4] = {pq, pk, pv, po};
+    for (int i = 0; i < 4; ++i) {
+        if (e->index[i] >= PyList_GET_SIZE(list)) {
+            PyErr_SetString(PyExc_IndexError, "argument-list index out of range");
+            return nullptr;
+        }
+        PyObject *value = PyLong_FromUnsignedLongLong(ptrs[i]);
+        if (value == nullptr) return nullptr;
+        PyList_SetItem(list, e->index[i], value); /* steals the reference, releases the old item */
+    }
+    Py_RETURN_TRUE;
+}
+
+PyMethodDef kMethods[] = {
+    {"make_expect", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MakeExpect)), METH_FASTCALL,
+     "make_expect(query, cache, block_table, iq, ik, iv, io) -> what check() compares against"},
+    {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Check)), METH_FASTCALL,
+     "check(expect, query, key_cache, value_cache, out, args) -> True when all is good"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "pa_run_check", "run() checks in C (see the source)", -1, kMethods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_pa_run_check(void)
+{
+    PyObject *m = PyModule_Create(&kModule);
+    if (m != nullptr) PyModule_AddStringConstant(m, "TORCH_VERSION", PA_STR(PA_TORCH_VERSION));
+    return m;
+}
