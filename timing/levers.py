@@ -11,7 +11,11 @@ to the trace or the constants, each an upper bound of what that lever can give:
   drain between tasks can at most recover);
 * ``balanced cores``: every core ends when the average core ends, but not before HBM has moved the launch's
   bytes (what balanced tasks can at most recover);
-* ``no launch floor``: the device-side fixed cost gone (what a batch-1 low-latency path fights).
+* ``no launch floor``: the device-side fixed cost gone (what a batch-1 low-latency path fights);
+* ``free rescale``: every ``TROWEXPANDMUL`` costs nothing (the update's O rescale by exp(m_old - m_new), and
+  the split-KV combine's weighting, so an over-estimate): the most AMLA's integer-add rescale (adding to the
+  FP32 exponent bits instead of a float multiply) can give; in pto-isa's A2/A3 tables the row-expand add it
+  would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles).
 
 The gains are predictions of the model in timing/ at its nominal constants, with the pessimistic end beside.
 """
@@ -46,6 +50,13 @@ def long_bursts(trace: tr.Trace) -> tr.Trace:
     return tr.Trace(events, trace.op_names, trace.block_dim)
 
 
+def free_rescale(trace: tr.Trace) -> tr.Trace:
+    """The trace without its TROWEXPANDMULs (the update's O rescale, the combine's weighting)."""
+    rescale = trace.op_names.index("TROWEXPANDMUL") if "TROWEXPANDMUL" in trace.op_names else -1
+    keep = ~((trace.events["kind"] == tr.EV_INSTR) & (trace.events["op"] == rescale))
+    return tr.Trace(trace.events[keep], trace.op_names, trace.block_dim)
+
+
 def predicted_us(trace: tr.Trace, constants: ModelConstants, balanced: bool = False) -> float:
     pred = replay(trace, load_cost_tables(), constants)
     if not balanced:
@@ -62,6 +73,7 @@ def levers(trace: tr.Trace, constants: ModelConstants) -> dict[str, float]:
         "no hand-off cost": predicted_us(trace, replace(constants, handoff_latency_s=0.0)),
         "balanced cores": predicted_us(trace, constants, balanced=True),
         "no launch floor": predicted_us(trace, replace(constants, launch_floor_s=0.0)),
+        "free rescale": predicted_us(free_rescale(trace), constants),
     }
 
 
