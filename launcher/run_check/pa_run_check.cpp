@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #define PA_STR2(x) #x
@@ -49,7 +50,7 @@ bool Unpack(PyObject *obj, at::Tensor &out)
 }
 
 /* make_expect(query, cache, table, iq, ik, iv, io) -> capsule */
-PyObject *MakeExpect(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+PyObject *MakeExpectImpl(PyObject *const *args, Py_ssize_t nargs)
 {
     at::Tensor q, k, table;
     if (nargs != 7 || !Unpack(args[0], q) || !Unpack(args[1], k) || !Unpack(args[2], table)) {
@@ -81,7 +82,7 @@ bool Overlap(uint64_t a, uint64_t aBytes, uint64_t b, uint64_t bBytes) { return 
 
 /* check(expect, query, key_cache, value_cache, out, args) -> bool; on True the four data pointers are in
  * args at the indices make_expect was given. */
-PyObject *Check(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+PyObject *CheckImpl(PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "check(expect, query, key_cache, value_cache, out, args)");
@@ -118,6 +119,27 @@ PyObject *Check(PyObject *, PyObject *const *args, Py_ssize_t nargs)
         PyList_SetItem(list, e->index[i], value); /* steals the reference, releases the old item */
     }
     Py_RETURN_TRUE;
+}
+
+/* No C++ exception (a c10::Error from a tensor without storage, say) may cross into CPython: make_expect
+ * raises RuntimeError with its message, check answers "look again" and lets the Python checks speak. */
+PyObject *MakeExpect(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+{
+    try {
+        return MakeExpectImpl(args, nargs);
+    } catch (const std::exception &err) {
+        PyErr_SetString(PyExc_RuntimeError, err.what());
+        return nullptr;
+    }
+}
+
+PyObject *Check(PyObject *, PyObject *const *args, Py_ssize_t nargs)
+{
+    try {
+        return CheckImpl(args, nargs);
+    } catch (const std::exception &) {
+        Py_RETURN_FALSE;
+    }
 }
 
 PyMethodDef kMethods[] = {
