@@ -1,9 +1,11 @@
 /*
- * pa-kit kernel ABI, version 1: the single source of truth for how the host talks to a paged-attention
+ * pa-kit kernel ABI, version 2: the single source of truth for how the host talks to a paged-attention
  * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
  * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
  *
- * ABI v1 is the ATB paged-attention ND decode contract (fp16/bf16, one query token per sequence):
+ * ABI v1 is the ATB paged-attention ND decode contract (fp16/bf16, one query token per sequence).  ABI v2 gives
+ * two header words ATB's decode kernel never reads (42-43, MTP head split, 0 in v1) to the cube->vector hand-off
+ * size and the per-core S/P scratch stage; both 0 is exactly v1, so an external ATB-ABI kernel keeps working:
  *
  *   int32_t call_kernel(uint32_t block_dim, void *stream, <PA_NUM_PTR_ARGS pointers in PA_ARG_* order>);
  *
@@ -27,7 +29,7 @@
 
 #include <stdint.h>
 
-#define PA_ABI_VERSION 1
+#define PA_ABI_VERSION 2
 
 /* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
 #define PA_ARG_Q 0             /* [IN]  query  [B, Hq, D]                                             */
@@ -105,8 +107,11 @@
 #define PA_TW_HEADDIM_V_SPLIT 39    /* min(D, 256), MLA only                                             */
 #define PA_TW_HEADDIM_V_SPLIT_VECTOR_FORMER 40
 #define PA_TW_HEADDIM_V_SPLIT_VECTOR_TAIL 41
-#define PA_TW_MTP_HEAD_SPLIT_SIZE 42 /* 0                                                                */
-#define PA_TW_MTP_HEAD_SPLIT_NUM 43  /* 0                                                                */
+#define PA_TW_HANDOFF_TOKENS 42     /* v2: tokens per cube->vector hand-off, a positive multiple of
+                                       PA_HANDOFF_ALIGN_TOKENS; 0: PA_DEFAULT_HANDOFF_TOKENS with the v1
+                                       scratch strides (ATB's MTP head split size, 0 for decode)        */
+#define PA_TW_SCORE_STAGE_ELEMS 43  /* v2: elements of one S (fp32) and one P (IN) stage per core, 0 with
+                                       word 42 (ATB's MTP head split num, 0 for decode); see the scratch */
 #define PA_TILING_HEADER_WORDS 44
 
 /* ---- per-sequence slot s: words [PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * s, +17) ------------- */
@@ -164,13 +169,19 @@
 #define PA_SPLIT_BLOCK_TILE_TOKENS 128
 #define PA_TILE_ALIGN_TOKENS 16
 
-/* ---- per-core scratch strides (elements of the slot's type; two halves for the stage-1/stage-2 tiles) -- */
+/* ---- per-core scratch strides (elements of the slot's type; two halves for the stage-1/stage-2 tiles) --
+ * With PA_TW_SCORE_STAGE_ELEMS = E > 0 (ABI v2) s and p take E elements per stage instead: core stride 2 * E,
+ * half E, each S/P row H = PA_TW_HANDOFF_TOKENS elements long; E >= heads per task * H and
+ * E >= heads per task * round16(tile).  o_tmp keeps the strides below.  With both words 0, H is
+ * PA_DEFAULT_HANDOFF_TOKENS and s/p use the strides below (v1).                                            */
 #define PA_S_CORE_STRIDE_ELEMS 32768     /* fp32                                                          */
 #define PA_S_HALF_ELEMS 16384
 #define PA_P_CORE_STRIDE_ELEMS 65536     /* IN dtype                                                      */
 #define PA_P_HALF_ELEMS 32768
 #define PA_O_TMP_CORE_STRIDE_ELEMS 65536 /* fp32                                                          */
 #define PA_O_TMP_HALF_ELEMS 32768
+#define PA_DEFAULT_HANDOFF_TOKENS 512   /* = PA_S_HALF_ELEMS / PA_HEAD_SPLIT_LIMIT: 32 heads fill an S half */
+#define PA_HANDOFF_ALIGN_TOKENS 512     /* v2 hand-offs are whole multiples of this (the vectors' UB piece)  */
 
 /* ---- split limits ---------------------------------------------------------------------------------------
  * Combine: the vector core holds m_split rows of round8(D) floats: kvCN * round8(D) <= PA_COMBINE_UB_FLOATS

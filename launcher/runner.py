@@ -55,7 +55,9 @@ class PagedAttentionRunner:
       :class:`~launcher.backends.Backend`, or ``None`` = inferred from the query's device), ``out`` (a
       preallocated output), ``stream`` (default: the device's current stream, captured now),
       ``checked`` (mock/sim bounds checks), ``core_count`` (default: the device's cube cores; 24 on the
-      mock), ``strategy`` (``"auto"``, ``"bn"`` or ``"split_kv"``).
+      mock), ``strategy`` (``"auto"``, ``"bn"`` or ``"split_kv"``), ``batch_invariant``, ``handoff_tokens``
+      (the cube->vector hand-off: None = the planner's choice, or a multiple of 512; an external ATB-ABI
+      kernel always gets ABI v1's scratch and 512).
 
     Attributes: ``plan`` (the frozen :class:`~tiling.PagedAttentionPlan`), ``out``, ``workspace``
     (slot -> tensor, exactly the plan's sizes; tests poison it), ``tiling`` (the uploaded words),
@@ -78,6 +80,7 @@ class PagedAttentionRunner:
         core_count: int | None = None,
         strategy: str = "auto",
         batch_invariant: bool = False,
+        handoff_tokens: int | None = None,
     ) -> None:
         device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
         self.backend = get_backend(backend, device)
@@ -102,6 +105,7 @@ class PagedAttentionRunner:
         self.checked = checked
         self.strategy = strategy
         self.batch_invariant = batch_invariant
+        self.handoff_tokens = handoff_tokens
         self.core_count = core_count if core_count is not None else self.backend.core_count(shape.device)
         self.library = self.backend.library
         self._stream, self._stream_handle = self.backend.resolve_stream(stream)
@@ -119,7 +123,7 @@ class PagedAttentionRunner:
             lens, num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
             block_size=s.block_size, max_pages=s.max_pages, num_blocks=s.num_blocks, scale=self.scale,
             dtype=s.dtype, core_count=self.core_count, strategy=self.strategy,  # type: ignore[arg-type]
-            batch_invariant=self.batch_invariant,
+            batch_invariant=self.batch_invariant, handoff_tokens=0 if self.library.external else self.handoff_tokens,
         )
         if plan.key not in self.library.supported_keys:
             supported = sorted(int(key) for key in self.library.supported_keys)

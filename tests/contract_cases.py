@@ -138,6 +138,13 @@ CORRUPTIONS: dict[str, Corruption] = {
     "kvsplit_not_page_multiple": tiling_word(Word.KVSPLIT, lambda t: int(t[Word.KVSPLIT]) + 8, "split_kv"),
     "kvcn_inconsistent": tiling_word(Word.KVCORENUM, lambda t: int(t[Word.KVCORENUM]) + 1, "split_kv"),
     "kvcn_without_split_key": tiling_word(Word.KVCORENUM, 2),
+    # ABI v2: the hand-off word and the S/P stage word
+    "handoff_without_stage": tiling_word(Word.SCORE_STAGE_ELEMS, 0),
+    "handoff_not_piece_multiple": tiling_word(Word.HANDOFF_TOKENS, abi.HANDOFF_ALIGN_TOKENS + 16),
+    # a longer hand-off than the stage was sized for: the stage word is named (the planner derives it)
+    "handoff_overflows_stage": Corruption("bn", word(lambda t: 2 * int(t[Word.HANDOFF_TOKENS]), Word.HANDOFF_TOKENS),
+                                          Err.BAD_TILING, Slot.TILING, at_word(Word.SCORE_STAGE_ELEMS)),
+    "stage_below_a_tile": tiling_word(Word.SCORE_STAGE_ELEMS, 16),
     "context_longer_than_row": Corruption(
         "bn", word(lambda t: int(t[Word.MAXBLOCKS]) * 32 + 1, abi.batch_word(1, Field.KV_SEQLEN)), Err.BAD_TILING,
         Slot.TILING, at_slot_word(1, Field.KV_SEQLEN)),

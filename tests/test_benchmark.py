@@ -31,6 +31,7 @@ from benchmark.baselines import (
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
+from tiling import abi
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -379,7 +380,7 @@ def test_script_end_to_end_on_the_mock(tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     for text in ("pa-kit", "pa-kit checked", "torch-paged", "torch-dense", "sdpa", "b2_h8kv2_d128_ctx300",
-                 "µs per runner launch", "kernel ABI 1"):
+                 "µs per runner launch", f"kernel ABI {abi.ABI_VERSION}"):
         assert text in done.stdout
     saved = report.read_json(out)
     assert saved.device.backend == "mock" and saved.device.peak_gb_per_s

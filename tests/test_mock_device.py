@@ -215,8 +215,9 @@ def test_scratch_holds_the_last_tile_at_kernel_strides(lib: ctypes.CDLL, rng: np
     last = n - (tiles - 1) * case.plan.tile_tokens
     cols = -(-last // abi.TILE_ALIGN_TOKENS) * abi.TILE_ALIGN_TOKENS
     half = (tiles - 1) & 1
-    s = run.buffers[Slot.S][half * abi.S_HALF_ELEMS:][: hq * cols].reshape(hq, cols)
-    p = h.from_bits(run.buffers[Slot.P][half * abi.P_HALF_ELEMS:][: hq * cols].reshape(hq, cols), "fp16")
+    s_half, p_half = abi.scratch_halves(case.plan.tiling)
+    s = run.buffers[Slot.S][half * s_half:][: hq * cols].reshape(hq, cols)
+    p = h.from_bits(run.buffers[Slot.P][half * p_half:][: hq * cols].reshape(hq, cols), "fp16")
     o_tile = run.buffers[Slot.O_TMP][half * abi.O_TMP_HALF_ELEMS:][: hq * d].reshape(hq, d)
     ids = case.block_table[0, : math.ceil(n / bs)]
     k = h.from_bits(case.k, "fp16")[ids].reshape(-1, d)[n - last:n]
@@ -226,7 +227,7 @@ def test_scratch_holds_the_last_tile_at_kernel_strides(lib: ctypes.CDLL, rng: np
     assert (p[:, last:] == 0).all(), "P padding columns must be zero"
     assert ((p[:, :last] > 0) & (p[:, :last] <= 1)).all(), "P = exp(S*tor - running max) lies in (0, 1]"
     np.testing.assert_allclose(o_tile, p[:, :last] @ v, rtol=1e-5, atol=1e-5)
-    other = run.buffers[Slot.S][(1 - half) * abi.S_HALF_ELEMS:][: hq * 2 * bs]
+    other = run.buffers[Slot.S][(1 - half) * s_half:][: hq * 2 * bs]
     assert np.isfinite(other).all(), "the previous tile used the other half"
 
 
@@ -235,8 +236,8 @@ def test_cores_stay_in_their_scratch_regions(lib: ctypes.CDLL, rng: np.random.Ge
     case = h.make_case(rng, [300, 200, 100, 50], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32,
                        strategy="bn")  # a BN grid gives every launched core work
     buffers = h.workspace(case)
-    strides = {Slot.S: abi.S_CORE_STRIDE_ELEMS, Slot.P: abi.P_CORE_STRIDE_ELEMS,
-               Slot.O_TMP: abi.O_TMP_CORE_STRIDE_ELEMS}
+    s_half, p_half = abi.scratch_halves(case.plan.tiling)
+    strides = {Slot.S: 2 * s_half, Slot.P: 2 * p_half, Slot.O_TMP: abi.O_TMP_CORE_STRIDE_ELEMS}
     poison = {}
     for slot, stride in strides.items():
         buffers[slot] = np.concatenate([buffers[slot], buffers[slot][:stride]])
@@ -647,6 +648,7 @@ def test_scratch_half_overflow(lib: ctypes.CDLL, rng: np.random.Generator) -> No
     tiling[Word.FORMER_HEAD] = 32
     tiling[Word.FORMER_GROUP_MOVE] = 1
     tiling[Word.BLOCKSIZE_CALC] = 1024
+    tiling[Word.SCORE_STAGE_ELEMS] = 32 * int(tiling[Word.HANDOFF_TOKENS])  # the stage holds 32 heads' hand-off
     expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=Word.BLOCKSIZE_CALC)
 
 

@@ -37,7 +37,7 @@ static int32_t g_return;
 #define ARGS uint32_t bd, void *stream, P(0),P(1),P(2),P(3),P(4),P(5),P(6),P(7),P(8),P(9),P(10),P(11), \
   P(12),P(13),P(14),P(15),P(16),P(17),P(18),P(19),P(20),P(21),P(22)
 #ifdef OURS
-int32_t pa_abi_version(void) { return 1; }
+int32_t pa_abi_version(void) { return FAKE_ABI_VERSION; }
 uint32_t pa_supported_keys(void) { return 255u; }
 int32_t call_kernel(ARGS) { RECORD ++g_calls; return g_return; }
 int32_t call_kernel_noop(ARGS) { RECORD ++g_noops; return 0; }
@@ -63,7 +63,7 @@ def _build(directory: Path, name: str, ours: bool) -> Path:
     source = directory / "fake_kernel.c"
     source.write_text(FAKE_KERNEL_C)
     target = directory / name
-    flags = ["-DOURS"] if ours else []
+    flags = [f"-DFAKE_ABI_VERSION={abi.ABI_VERSION}"] + (["-DOURS"] if ours else [])
     subprocess.run([compiler, "-shared", "-fPIC", "-O1", *flags, str(source), "-o", str(target)], check=True)
     return target
 
@@ -187,7 +187,8 @@ def test_core_count_from_device_properties(fake_npu: FakeNpu, fake_libraries: di
     runner = runner_on(fake_libraries["ours"], [2048], strategy="split_kv")  # 32 tasks: every core busy
     assert runner.core_count == CUBE_CORES
     assert runner.plan.block_dim == CUBE_CORES
-    assert runner.plan.workspace.s_bytes == CUBE_CORES * abi.S_CORE_STRIDE_ELEMS * 4
+    s_half, _ = abi.scratch_halves(runner.plan.tiling)
+    assert runner.plan.workspace.s_bytes == CUBE_CORES * 2 * s_half * 4
     assert runner_on(fake_libraries["ours"], [2048], strategy="split_kv", core_count=8).plan.block_dim == 8
 
 
@@ -215,6 +216,9 @@ def test_bn_plan_passes_null_partials_and_zeroes_nothing(fake_npu: FakeNpu, fake
 
 def test_external_kernel_rows_of_empty_sequences_zeroed(fake_npu: FakeNpu, fake_libraries: dict[str, Path]) -> None:
     runner = runner_on(fake_libraries["external"], [5, 0, 700, 0])
+    # an ATB-ABI kernel gets ABI v1's scratch: words 42-43 zero, the fixed per-core strides
+    assert int(runner.plan.tiling[abi.TilingWord.HANDOFF_TOKENS]) == 0 == int(runner.plan.tiling[43])
+    assert runner.plan.workspace.s_bytes == runner.plan.block_dim * abi.S_CORE_STRIDE_ELEMS * 4
     assert runner.library.external
     runner.out.fill_(math.nan)
     runner()

@@ -47,7 +47,9 @@ MUTATE_WRONG_SOURCE, MUTATE_SHARED_EVENT, MUTATE_SIGNAL_PIPE = 1, 2, 3
 
 #: Small launches that together reach every edge: multi-unit tasks and two KV groups per task (fp16 D128),
 #: split-KV with the combine and several heads per vector sub-core (bf16 D64), ragged tails with D256, many
-#: splits, and an empty sequence after a full one on one core (a gather order the planner does not choose).
+#: splits, an empty sequence after a full one on one core (a gather order the planner does not choose), and
+#: 1024-token hand-offs (the vectors' two-pass pieces, the cube's P windows) on the chunk path and, with a KV
+#: group of 32 heads, on the head path.
 DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [1, 130, 1300], "cores": 2},
     {**BASE, "lens": [1500, 40], "hq": 16, "hkv": 2, "d": 64, "bs": 64, "dtype": "bf16", "cores": 3},
@@ -56,6 +58,8 @@ DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [37, 300], "hq": 4, "hkv": 2, "d": 256, "bs": 64, "cores": 1},
     {**BASE, "lens": [4100], "hq": 2, "hkv": 1, "d": 32, "bs": 16, "cores": 40, "strategy": "split_kv"},
     {**BASE, "lens": [40, 0], "hq": 4, "hkv": 2, "d": 64, "bs": 16, "cores": 1, "reverse_gather": True},
+    {**BASE, "lens": [1300, 90], "cores": 2, "handoff": 1024},
+    {**BASE, "lens": [1100, 77], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2, "handoff": 1024},
 ]
 
 

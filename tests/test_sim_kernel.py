@@ -75,6 +75,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         np.array(lens, dtype=np.int32), num_heads=hq, num_kv_heads=hkv, head_dim=d, block_size=bs,
         max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype,
         core_count=case.get("cores", 4), strategy=case.get("strategy", "auto"),
+        handoff_tokens=case.get("handoff"),
     )
     q_dev, _ = quantize(rng.standard_normal((batch, hq, d)), dtype)
     k_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
@@ -175,6 +176,14 @@ ACCURACY_CASES = {
     # (reversed gather map) the empty sequence while a task's second unit is pending: the vectors retire that
     # task before writing the zero rows; a one-unit task between tasks in the second case
     "fp16_one_core_task_boundaries": {"lens": [1200, 700, 0], "cores": 1, "reverse_gather": True},
+    # hand-offs longer than 512 tokens (ABI v2 word 42): the vectors take a unit in 512-column pieces, twice;
+    # the cube loads P in 512-column windows; ragged last windows; the chunk and the head path; a hand-off
+    # longer than every task (one unit per task)
+    "fp16_handoff_1024": {"lens": [1300, 3000, 5], "cores": 2, "handoff": 1024},
+    "bf16_handoff_2048_split_kv": {"lens": [5000, 0, 2100], "dtype": "bf16", "cores": 4, "strategy": "split_kv",
+                                   "handoff": 2048},
+    "fp16_handoff_whole_head_path": {"lens": [2500, 700], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2,
+                                     "handoff": 4096},
     "bf16_one_core_task_boundaries_split_kv": {"lens": [1200, 0, 2100, 5], "cores": 1, "dtype": "bf16",
                                                "strategy": "split_kv"},
 }

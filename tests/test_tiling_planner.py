@@ -100,6 +100,9 @@ def access_problems(plan: PagedAttentionPlan) -> list[str]:
     l_elems = plan.workspace.l_bytes // FP32
     table_elems = plan.batch * plan.max_pages
     tile = word(plan, abi.TilingWord.BLOCKSIZE_CALC)
+    # ABI v2: word 43 is the S/P stage per core (0: v1's fixed halves), word 42 the hand-off, the S/P row pitch
+    handoff = word(plan, abi.TilingWord.HANDOFF_TOKENS) or abi.DEFAULT_HANDOFF_TOKENS
+    s_half, p_half = abi.scratch_halves(plan.tiling)
     problems = []
     for task in enumerate_tasks(plan.tiling, plan.block_dim):
         where = f"core {task.core} seq {task.slot} heads {task.head_start}+{task.head_count} split {task.split}"
@@ -122,12 +125,15 @@ def access_problems(plan: PagedAttentionPlan) -> list[str]:
             if o_core_end > o_core_elems or l_end > l_elems:
                 problems.append(f"{where}: o_core/l end {o_core_end}/{l_end} > {o_core_elems}/{l_elems}")
         tokens = round_up(min(tile, task.token_count), abi.TILE_ALIGN_TOKENS)
-        if task.head_count * tokens > abi.S_HALF_ELEMS or task.head_count * round_up(d, 16) > abi.O_TMP_HALF_ELEMS:
+        if task.head_count * tokens > min(abi.S_HALF_ELEMS, s_half, p_half) or \
+                task.head_count * round_up(d, 16) > abi.O_TMP_HALF_ELEMS:
             problems.append(f"{where}: a tile of {task.head_count} heads overflows a scratch half")
+        if task.head_count * handoff > min(s_half, p_half):
+            problems.append(f"{where}: {task.head_count} rows of a {handoff}-token hand-off overflow an S/P stage")
     ws = plan.workspace
     for name, allocated, needed in (
-        ("s", ws.s_bytes, plan.block_dim * abi.S_CORE_STRIDE_ELEMS * FP32),
-        ("p", ws.p_bytes, plan.block_dim * abi.P_CORE_STRIDE_ELEMS * ELEM),
+        ("s", ws.s_bytes, plan.block_dim * 2 * s_half * FP32),
+        ("p", ws.p_bytes, plan.block_dim * 2 * p_half * ELEM),
         ("o_tmp", ws.o_tmp_bytes, plan.block_dim * abi.O_TMP_CORE_STRIDE_ELEMS * FP32),
     ):
         if needed > allocated:
@@ -297,3 +303,47 @@ def test_group_check_catches_a_split_group() -> None:
     plan = make_plan(Shape(lens=(4096,), num_heads=32, num_kv_heads=8, head_dim=128, block_size=128,
                            max_pages=32, core_count=24, strategy="bn", dtype="fp16"))
     assert any(t.head_count < 4 for t in enumerate_tasks(plan.tiling, plan.block_dim))
+
+
+# ---- the hand-off size (ABI v2, words 42-43) -------------------------------------------------------------
+
+
+def _plan_with_handoff(handoff: int | None, **options: object) -> PagedAttentionPlan:
+    return plan_paged_attention([3000, 100, 0], num_heads=32, num_kv_heads=8, head_dim=128, block_size=128,
+                                max_pages=24, num_blocks=64, scale=0.1, core_count=24, handoff_tokens=handoff,
+                                **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("handoff", [None, 512, 1024, 4096])
+def test_handoff_words_and_scratch_follow_the_plan(handoff: int | None) -> None:
+    plan = _plan_with_handoff(handoff)
+    tokens = handoff or abi.DEFAULT_HANDOFF_TOKENS
+    heads = max(plan.split.former_head, plan.split.tail_head if plan.split.tail_batch else 0)
+    assert plan.handoff_tokens == word(plan, abi.TilingWord.HANDOFF_TOKENS) == tokens
+    assert word(plan, abi.TilingWord.SCORE_STAGE_ELEMS) == heads * tokens
+    assert plan.workspace.s_bytes == plan.block_dim * 2 * heads * tokens * 4
+    assert plan.workspace.p_bytes == plan.block_dim * 2 * heads * tokens * 2
+    assert access_problems(plan) == []
+
+
+def test_handoff_zero_plans_abi_v1_scratch() -> None:
+    plan = _plan_with_handoff(0)
+    assert word(plan, abi.TilingWord.HANDOFF_TOKENS) == word(plan, abi.TilingWord.SCORE_STAGE_ELEMS) == 0
+    assert plan.handoff_tokens == abi.DEFAULT_HANDOFF_TOKENS
+    assert plan.workspace.s_bytes == plan.block_dim * abi.S_CORE_STRIDE_ELEMS * 4
+    assert plan.workspace.p_bytes == plan.block_dim * abi.P_CORE_STRIDE_ELEMS * 2
+
+
+@pytest.mark.parametrize(("handoff", "error", "message"), [
+    (100, ValueError, "multiple of 512"), (-512, ValueError, "multiple of 512"), (True, TypeError, "int or None"),
+    (512.0, TypeError, "int or None"), (1 << 20, ValueError, "at most"),
+])
+def test_bad_handoff_is_refused(handoff: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        _plan_with_handoff(handoff)  # type: ignore[arg-type]
+
+
+def test_batch_invariant_pins_the_handoff() -> None:
+    assert _plan_with_handoff(None, batch_invariant=True).handoff_tokens == abi.DEFAULT_HANDOFF_TOKENS
+    with pytest.raises(ValueError, match="pins the hand-off"):
+        _plan_with_handoff(1024, batch_invariant=True)

@@ -231,3 +231,15 @@ def test_committed_predictions_keep_the_protocols_rules() -> None:
         assert row["hbm_floor_us"] <= low <= row["predicted_us"] <= high, row
         if row["bound"] == "HBM":
             assert row["predicted_tb_per_s"] <= ENVELOPE_TB_PER_S * 1.01, row
+
+
+def test_handoff_table_counts_follow_the_plan() -> None:
+    """The hand-off table's counts come from the plan with the hand-off forced (no simulation here)."""
+    from timing import handoff_table as ht
+
+    assert ht.handoff_tokens("whole", 3000) == 3072 and ht.handoff_tokens("1024", 3000) == 1024
+    r512, r1024 = ht.row(1, 2048, "512", 0.0), ht.row(1, 2048, "1024", 0.0)
+    assert r512.predicted_us is None and r512.tokens_per_task == r1024.tokens_per_task
+    assert (r512.handoffs_per_task, r1024.handoffs_per_task) == (-(-r512.tokens_per_task // 512), 1)
+    assert r1024.syncs_per_task == 4 and r1024.rescales_per_task == 0
+    assert r1024.scratch_kib_per_core == 2 * r512.scratch_kib_per_core  # S+P stages grow with the hand-off

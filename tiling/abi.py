@@ -7,9 +7,10 @@ that no other file indexes the tiling tensor or the argument list with a bare nu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class ArgSlot(IntEnum):
@@ -94,8 +95,8 @@ class TilingWord(IntEnum):
     HEADDIM_V_SPLIT = 39
     HEADDIM_V_SPLIT_VECTOR_FORMER = 40
     HEADDIM_V_SPLIT_VECTOR_TAIL = 41
-    MTP_HEAD_SPLIT_SIZE = 42
-    MTP_HEAD_SPLIT_NUM = 43
+    HANDOFF_TOKENS = 42
+    SCORE_STAGE_ELEMS = 43
 
 
 TILING_HEADER_WORDS = 44
@@ -182,6 +183,8 @@ P_CORE_STRIDE_ELEMS = 65536
 P_HALF_ELEMS = 32768
 O_TMP_CORE_STRIDE_ELEMS = 65536
 O_TMP_HALF_ELEMS = 32768
+DEFAULT_HANDOFF_TOKENS = 512
+HANDOFF_ALIGN_TOKENS = 512
 
 # Split limits.
 COMBINE_UB_FLOATS = 8192
@@ -226,3 +229,10 @@ class ErrorCode(IntEnum):
     BAD_LAUNCH = 7
     INTERNAL = 8
     HAZARD = 9
+
+
+def scratch_halves(tiling: Sequence[int]) -> tuple[int, int]:
+    """Elements of one S and one P stage per core (a core holds two of each): tiling word 43 under ABI v2, or
+    v1's fixed halves when it is 0."""
+    stage = int(tiling[TilingWord.SCORE_STAGE_ELEMS])
+    return (stage, stage) if stage else (S_HALF_ELEMS, P_HALF_ELEMS)

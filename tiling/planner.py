@@ -24,6 +24,8 @@ DECODE_M_UBD = 16
 #: Mask modulus/divisor that make the (unused) mask offset arithmetic an identity.
 MASK_MODCOEF = 0xFFFFFFFF
 MASK_DIVCOEF = 1
+#: Largest hand-off a plan may ask for: 64K tokens, a whole context of any shape the benchmarks run.
+MAX_HANDOFF_TOKENS = 65536
 UINT32_MASK = 0xFFFFFFFF
 
 
@@ -52,6 +54,8 @@ class PagedAttentionPlan:
     context_lens: tuple[int, ...]
     #: Planned by :mod:`tiling.invariant` (split length, tile and head split pinned).
     batch_invariant: bool = False
+    #: Tokens per cube->vector hand-off the kernel runs (tiling word 42, or ABI v1's 512 when it is 0).
+    handoff_tokens: int = abi.DEFAULT_HANDOFF_TOKENS
 
     @property
     def nonempty_batch(self) -> int:
@@ -113,6 +117,38 @@ def _validate_lengths(lens: np.ndarray, block_size: int, max_pages: int) -> None
         )
 
 
+def _validate_handoff(handoff_tokens: int | None, batch_invariant: bool) -> None:
+    if handoff_tokens is None:
+        return
+    if isinstance(handoff_tokens, bool) or not isinstance(handoff_tokens, int):
+        raise TypeError(f"handoff_tokens must be an int or None, got {handoff_tokens!r}")
+    if handoff_tokens < 0 or handoff_tokens % abi.HANDOFF_ALIGN_TOKENS:
+        raise ValueError(f"handoff_tokens must be 0 (ABI v1 scratch) or a positive multiple of "
+                         f"{abi.HANDOFF_ALIGN_TOKENS}, got {handoff_tokens}")
+    if handoff_tokens > MAX_HANDOFF_TOKENS:
+        raise ValueError(f"handoff_tokens must be at most {MAX_HANDOFF_TOKENS}, got {handoff_tokens}")
+    if batch_invariant and handoff_tokens not in (0, abi.DEFAULT_HANDOFF_TOKENS):
+        raise ValueError(f"batch_invariant=True pins the hand-off at {abi.DEFAULT_HANDOFF_TOKENS} tokens, "
+                         f"got handoff_tokens={handoff_tokens}")
+
+
+def max_task_heads(split: CoreSplit) -> int:
+    """q heads of the plan's largest task: the rows of an S/P stage."""
+    return max(split.former_head, split.tail_head if split.tail_batch else 0)
+
+
+def choose_handoff(split: CoreSplit) -> int:
+    """The planner's hand-off size: 512 tokens for every plan.
+
+    The frozen timing model (``python -m timing.handoff_table``, kernel/npu/PERFORMANCE.md "Change 4") puts
+    512 first or within 0.4 % of the best size at every shape it ran: a longer hand-off removes the overlap of
+    one unit's softmax with the next unit's Q.K^T (b1 ctx 2K: 19.0 µs at 512, 19.9 µs at 1024 and above) and
+    saves nothing where HBM bounds the launch (b64 ctx 2K: 448.7 µs at 512, 447.4 µs at 2048).
+    """
+    del split  # the rule does not depend on the grid yet
+    return abi.DEFAULT_HANDOFF_TOKENS
+
+
 def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: int) -> None:
     t = abi.TilingWord
     batch, hq, hkv, d = v["batch"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
@@ -132,7 +168,7 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         t.HEADDIM_K_SPLIT: min(d, abi.MAX_HEAD_DIM), t.HEADDIM_V_SPLIT: min(d, abi.MAX_HEAD_DIM),
         t.HEADDIM_V_SPLIT_VECTOR_FORMER: min(d, abi.MAX_HEAD_DIM),
         t.HEADDIM_V_SPLIT_VECTOR_TAIL: min(d, abi.MAX_HEAD_DIM),
-        t.MTP_HEAD_SPLIT_SIZE: 0, t.MTP_HEAD_SPLIT_NUM: 0,
+        t.HANDOFF_TOKENS: v["handoff_tokens"], t.SCORE_STAGE_ELEMS: v["score_stage_elems"],
     }
     for word, value in values.items():
         words[word] = value
@@ -184,6 +220,7 @@ def plan_paged_attention(
     core_count: int = 24,
     strategy: Strategy = "auto",
     batch_invariant: bool = False,
+    handoff_tokens: int | None = None,
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
@@ -192,7 +229,10 @@ def plan_paged_attention(
     ``core_count`` the device's cube cores (24 on a 910B), ``strategy`` forces BN or split-KV.
     ``batch_invariant`` pins split length, tile and head split (:mod:`tiling.invariant`) so that each
     sequence's output is the same bits whatever else is in the batch and whatever ``core_count`` is; it
-    excludes a forced ``strategy``.
+    excludes a forced ``strategy``.  ``handoff_tokens`` is the cube->vector hand-off (kernel ABI v2): None lets
+    the planner choose, a positive multiple of 512 forces it, 0 plans ABI v1's fixed scratch (what an external
+    ATB-ABI kernel addresses; the hand-off is then 512).  Per-core S/P scratch is sized for the plan's largest
+    task: heads per task x hand-off tokens.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -202,6 +242,7 @@ def plan_paged_attention(
         raise TypeError(f"batch_invariant must be a bool, got {batch_invariant!r}")
     if batch_invariant and strategy != "auto":
         raise ValueError(f"batch_invariant=True pins the task grid itself; strategy must be 'auto', got {strategy!r}")
+    _validate_handoff(handoff_tokens, batch_invariant)
     lens = np.asarray(context_lens)
     if lens.dtype.kind not in "iu":
         raise TypeError(f"context_lens must hold integers, got dtype {lens.dtype}")
@@ -222,18 +263,20 @@ def plan_paged_attention(
         tile = choose_tile(block_size, head_dim)
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
+    handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
+    stage = max_task_heads(split) * handoff if handoff else 0
     words = np.zeros(abi.tiling_words(batch), dtype=np.uint32)
     _header(
         words, split, key, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         num_blocks=num_blocks, block_size=block_size, max_pages=max_pages, scale_bits=_float_bits(scale),
-        max_kv=max_kv, tile_tokens=tile.tile_tokens,
+        max_kv=max_kv, tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
                   kv_core_num=split.kv_core_num)
     words.setflags(write=False)
     sizes = workspace_sizes(
         block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
-        num_heads=num_heads, head_dim=head_dim, kv_core_num=split.kv_core_num,
+        num_heads=num_heads, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
     )
     return PagedAttentionPlan(
         tiling=words, block_dim=split.block_dim, key=key, workspace=sizes, strategy=split.strategy,
@@ -241,4 +284,5 @@ def plan_paged_attention(
         split=split, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
         context_lens=tuple(int(n) for n in lens), batch_invariant=batch_invariant,
+        handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS,
     )

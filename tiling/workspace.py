@@ -39,14 +39,20 @@ class WorkspaceSizes:
 
 
 def workspace_sizes(
-    *, block_dim: int, elem_bytes: int, nonempty_batch: int, num_heads: int, head_dim: int, kv_core_num: int
+    *, block_dim: int, elem_bytes: int, nonempty_batch: int, num_heads: int, head_dim: int, kv_core_num: int,
+    score_stage_elems: int = 0,
 ) -> WorkspaceSizes:
-    """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1."""
+    """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1.
+
+    ``score_stage_elems`` is tiling word 43 (ABI v2): two S/P stages of that many elements per core; 0 keeps
+    ABI v1's fixed strides (what an external ATB-ABI kernel addresses)."""
     split = kv_core_num > 1
     partial_rows = nonempty_batch * num_heads * kv_core_num if split else 0
+    s_stride = 2 * score_stage_elems if score_stage_elems else abi.S_CORE_STRIDE_ELEMS
+    p_stride = 2 * score_stage_elems if score_stage_elems else abi.P_CORE_STRIDE_ELEMS
     return WorkspaceSizes(
-        s_bytes=block_dim * abi.S_CORE_STRIDE_ELEMS * FP32_BYTES,
-        p_bytes=block_dim * abi.P_CORE_STRIDE_ELEMS * elem_bytes,
+        s_bytes=block_dim * s_stride * FP32_BYTES,
+        p_bytes=block_dim * p_stride * elem_bytes,
         o_tmp_bytes=block_dim * abi.O_TMP_CORE_STRIDE_ELEMS * FP32_BYTES,
         o_core_bytes=partial_rows * head_dim * FP32_BYTES,
         l_bytes=partial_rows * FP32_BYTES,

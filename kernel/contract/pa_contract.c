@@ -18,10 +18,10 @@ static const uint32_t valid_keys[PA_NUM_KEYS] = {
     PA_KEY_BF16_SPLIT_BLOCK, PA_KEY_FP16_SPLIT_KV_SPLIT_BLOCK, PA_KEY_BF16_SPLIT_KV_SPLIT_BLOCK,
 };
 
-/* Header words a decode launch requires to be 0 (prefill, mask, quantisation, logN, MTP). */
+/* Header words a decode launch requires to be 0 (prefill, mask, quantisation, logN). */
 static const uint32_t zero_words[] = {
     PA_TW_MASK_MAX_LEN, PA_TW_TOTAL_BLOCK_NUM, PA_TW_PREFILL_BS, PA_TW_COMPRESSHEAD, PA_TW_QUANTYPE,
-    PA_TW_DATA_SHAPE_TYPE, PA_TW_SCALETYPE, PA_TW_MTP_HEAD_SPLIT_SIZE, PA_TW_MTP_HEAD_SPLIT_NUM,
+    PA_TW_DATA_SHAPE_TYPE, PA_TW_SCALETYPE,
 };
 
 #define PA_SLOT_NAME(name) #name,
@@ -210,7 +210,18 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
         heads = c->tail_head;
     }
     uint64_t tile_cols = round_up(tile < c->kv_split ? tile : c->kv_split, PA_TILE_ALIGN_TOKENS);
-    REQUIRE_WORD(heads * tile_cols <= PA_S_HALF_ELEMS && heads * tile_cols <= PA_P_HALF_ELEMS, PA_TW_BLOCKSIZE_CALC,
+    uint32_t handoff = t[PA_TW_HANDOFF_TOKENS], stage = t[PA_TW_SCORE_STAGE_ELEMS];
+    REQUIRE_WORD((handoff == 0) == (stage == 0), PA_TW_SCORE_STAGE_ELEMS,
+                 "hand-off size and S/P stage are both 0 (v1 scratch) or both set (v2)");
+    REQUIRE_WORD(handoff % PA_HANDOFF_ALIGN_TOKENS == 0, PA_TW_HANDOFF_TOKENS,
+                 "hand-off size must be a multiple of PA_HANDOFF_ALIGN_TOKENS");
+    c->handoff_tokens = handoff ? handoff : PA_DEFAULT_HANDOFF_TOKENS;
+    c->s_half = stage ? stage : PA_S_HALF_ELEMS;
+    c->p_half = stage ? stage : PA_P_HALF_ELEMS;
+    REQUIRE_WORD(heads * c->handoff_tokens <= c->s_half && heads * c->handoff_tokens <= c->p_half,
+                 PA_TW_SCORE_STAGE_ELEMS, "the S/P stage must hold heads per task x hand-off tokens");
+    REQUIRE_WORD(heads * tile_cols <= PA_S_HALF_ELEMS && heads * tile_cols <= c->s_half &&
+                     heads * tile_cols <= c->p_half, PA_TW_BLOCKSIZE_CALC,
                  "heads x round16(tile) exceeds the S/P scratch half");
     REQUIRE_WORD(heads * round_up(c->head_dim, PA_TILE_ALIGN_TOKENS) <= PA_O_TMP_HALF_ELEMS, PA_TW_HEADDIM,
                  "heads x round16(D) exceeds the o_tmp scratch half");
@@ -327,8 +338,8 @@ static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
     uint64_t cache = (uint64_t)c->num_blocks * c->block_size * c->kv_heads * c->head_dim;
     uint64_t partials = c->split_kv ? (uint64_t)c->nonempty * c->num_heads * c->kv_core_num : 0;
     int32_t rc = PA_OK;
-    if ((rc = check_extent(c, e, PA_ARG_S, cores * PA_S_CORE_STRIDE_ELEMS, PA_ERR_BAD_LAUNCH)) ||
-        (rc = check_extent(c, e, PA_ARG_P, cores * PA_P_CORE_STRIDE_ELEMS, PA_ERR_BAD_LAUNCH)) ||
+    if ((rc = check_extent(c, e, PA_ARG_S, cores * 2 * c->s_half, PA_ERR_BAD_LAUNCH)) ||
+        (rc = check_extent(c, e, PA_ARG_P, cores * 2 * c->p_half, PA_ERR_BAD_LAUNCH)) ||
         (rc = check_extent(c, e, PA_ARG_O_TMP, cores * PA_O_TMP_CORE_STRIDE_ELEMS, PA_ERR_BAD_LAUNCH)) ||
         (rc = check_extent(c, e, PA_ARG_Q, rows * c->head_dim, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_K, cache, PA_ERR_OUT_OF_BOUNDS)) ||

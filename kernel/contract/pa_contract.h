@@ -35,6 +35,8 @@ typedef struct pa_contract {
     uint32_t batch, num_heads, head_dim, kv_heads, group, block_size, max_blocks;
     uint32_t former_batch, former_head, tail_batch, tail_head;
     uint32_t kv_split, kv_core_num, tile_tokens;
+    uint32_t handoff_tokens;         /* tokens per cube->vector hand-off (PA_TW_HANDOFF_TOKENS, or v1's 512)   */
+    uint64_t s_half, p_half;         /* elements per S / P stage of a core (v2 word 43, or the v1 halves)      */
     uint32_t nonempty;               /* sequences with kv_len > 0                                          */
     float tor;
     int64_t num_blocks;              /* pages in the K/V cache, from the binding                           */

@@ -138,8 +138,8 @@ static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     t->tok = T->tok0 + index * L->c.tile_tokens;
     t->len = T->tok0 + T->len - t->tok < L->c.tile_tokens ? T->tok0 + T->len - t->tok : L->c.tile_tokens;
     t->cols = round16(t->len);
-    int64_t s_off = (int64_t)core * PA_S_CORE_STRIDE_ELEMS + half * PA_S_HALF_ELEMS;
-    int64_t p_off = (int64_t)core * PA_P_CORE_STRIDE_ELEMS + half * PA_P_HALF_ELEMS;
+    int64_t s_off = (int64_t)(2 * core + half) * (int64_t)L->c.s_half;
+    int64_t p_off = (int64_t)(2 * core + half) * (int64_t)L->c.p_half;
     int64_t o_off = (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + half * PA_O_TMP_HALF_ELEMS;
     int64_t rows = T->heads;
     int32_t rc;

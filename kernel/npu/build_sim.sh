@@ -46,7 +46,7 @@ FLAGS=(-std=c++23 -O2 -g0 -fPIC -pthread -D__CPU_SIM -D__STDCPP_BFLOAT16_T__=1 -
        -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$HERE" -Wno-pass-failed
        -Wall -Wno-ignored-attributes -Wno-unused-function -Wno-unused-variable -Wno-unused-but-set-variable
        -Wno-builtin-macro-redefined -Wno-reserved-macro-identifier -Wno-sign-compare)
-# PA_SIM_EXTRA_FLAGS: extra compiler flags for experiments, e.g. -DPA_HANDOFF_TOKENS=128 (then always rebuilt).
+# PA_SIM_EXTRA_FLAGS: extra compiler flags for experiments, e.g. -O0 -g for a debugger (then always rebuilt).
 if [[ -n "${PA_SIM_EXTRA_FLAGS:-}" ]]; then
     read -r -a extra <<< "$PA_SIM_EXTRA_FLAGS"
     FLAGS+=("${extra[@]}")

@@ -1,9 +1,9 @@
 /*
  * pa-kit NPU decode kernel: every compile-time constant, with the reason for its value.
  *
- * Two-level tiling.  Level 1 is the cube<->vector hand-off unit: up to PA_HANDOFF_TOKENS tokens of one task's
- * KV range go through GM scratch (S, P, O_tmp) per hand-off, so a 4096-token sequence costs 8 hand-offs, not 32
- * page-sized ones.  Level 2 is the sub-tile the cube moves into L0: a page-contiguous run of at most
+ * Two-level tiling.  Level 1 is the cube<->vector hand-off unit: up to PA_TW_HANDOFF_TOKENS tokens of one
+ * task's KV range (a plan parameter, a multiple of kPieceTokens; 512 by default) go through GM scratch (S, P,
+ * O_tmp) per hand-off, so a 4096-token sequence costs 8 hand-offs at 512, 1 at 4096.  Level 2 is the sub-tile the cube moves into L0: a page-contiguous run of at most
  * SubTokens(DCap) tokens of one KV head, sized so one K^T or V sub-tile fills half of L0B (double buffering).
  */
 #ifndef PA_CONFIG_HPP
@@ -23,20 +23,13 @@ constexpr int kCubeRows = kMaxTaskHeads;
 constexpr int kVecSubCores = 2;
 /* Rows one vector sub-core owns: sub-core i takes rows [i*floor(n/2), ...) of a task's n heads. */
 constexpr int kVecRows = kMaxTaskHeads / kVecSubCores;
-/* Tokens per hand-off: kMaxTaskHeads * 512 fp32 scores = PA_S_HALF_ELEMS, the S scratch half of one stage.
- * PA_HANDOFF_TOKENS (a power of two <= 512) overrides it for tiling experiments in the simulation only. */
-#ifdef PA_HANDOFF_TOKENS
-constexpr int kHandoffTokens = PA_HANDOFF_TOKENS;
-#else
-constexpr int kHandoffTokens = PA_S_HALF_ELEMS / kMaxTaskHeads;
-#endif
-/* Row pitch (elements) of S and P in scratch: one hand-off row. */
-constexpr int kScorePitch = kHandoffTokens;
+/* Columns of a unit handled at once: the vectors' UB score tiles and the cube's L1 P window hold this many
+ * tokens; a larger hand-off is walked in pieces of it.  The ABI's hand-off alignment, and v1's hand-off. */
+constexpr int kPieceTokens = PA_HANDOFF_ALIGN_TOKENS;
+static_assert(PA_DEFAULT_HANDOFF_TOKENS == PA_S_HALF_ELEMS / kMaxTaskHeads, "v1: 32 heads fill an S half");
 /* Ping-pong stages of the scratch halves: the cube computes QK of unit u+1 while the vector works on unit u. */
 constexpr int kStages = 2;
 
-static_assert(kMaxTaskHeads * kScorePitch <= PA_S_HALF_ELEMS, "S stage must fit its scratch half");
-static_assert(kMaxTaskHeads * kScorePitch <= PA_P_HALF_ELEMS, "P stage must fit its scratch half");
 static_assert(kMaxTaskHeads * PA_MAX_HEAD_DIM <= PA_O_TMP_HALF_ELEMS, "O_tmp stage must fit its scratch half");
 
 /* ---- level-2 sub-tile ----------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ struct CubeCore {
         ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
-            const uint32_t units = UnitsOf(tk);
+            const uint32_t units = UnitsOf(st.t, tk);
             for (uint32_t u = 0; u < units; ++u) {
                 const uint32_t stage = st.unitCounter % kStages;
                 SetUnit(u);

@@ -42,7 +42,7 @@ struct ChunkPath {
     using KMat = Tile<TileType::Mat, T, DCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VMat = Tile<TileType::Mat, T, kTok, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using QMat = Tile<TileType::Mat, T, kSlotRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using PMat = Tile<TileType::Mat, T, kSlotRows, kHandoffTokens + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+    using PMat = Tile<TileType::Mat, T, kSlotRows, kPieceTokens + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC,
                       SLayout::RowMajor, kFractalBytes>;
     /* L0 tiles */
     using QLeft = TileLeft<T, kSlotRows, DCap, DYNAMIC, DYNAMIC>;
@@ -72,7 +72,7 @@ struct ChunkPath {
     static_assert(kL0aP + 2 * kL0aPBytes <= kL0aBytes, "L0A plan overflows");
     static_assert(2 * kL0bOpBytes <= pa::kL0bBytes, "L0B plan overflows");
     static_assert(kL0cO + kSlots * kL0cOBytes <= kL0cBytes, "L0C plan overflows");
-    static_assert(kTok % 16 == 0 && kHandoffTokens % 16 == 0, "pieces and units start on whole fractals");
+    static_assert(kTok % 16 == 0 && kPieceTokens % 16 == 0, "pieces and units start on whole fractals");
 
     using Piece = typename CubeState<T>::Piece;
 
@@ -114,7 +114,7 @@ struct ChunkPath {
                 SetFlag(kQL1Free);
             }
             /* No Q -> M flag: every L0Ready(b) below is set on MTE1 after these moves. */
-            st.ForEachPiece(tk, u, kTok, [&](const Piece &pc) {
+            st.ForEachPiece(tk, u, 0, UnitTokens(st.t, tk, u), kTok, [&](const Piece &pc) {
                 const uint32_t bl = st.l1Toggle++ & 1u;
                 KAll kAll(nkv * d, pc.len);
                 Assign(kAll, kL1Kv0 + bl * kL1KvBytes);
@@ -143,8 +143,8 @@ struct ChunkPath {
                     Count(kCountMatmul);
                     SetFlag(L0Free(b));
                     Handoff(SAccReady(b));
-                    StoreNd(st.s, ScratchS(st.core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len,
-                            kScorePitch, acc, kTrafficScratch);
+                    StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + pc.col, m, pc.len,
+                            st.t.handoff, acc, kTrafficScratch);
                     SetFlag(SAccFree(b));
                 }
             });
@@ -152,75 +152,78 @@ struct ChunkPath {
         });
     }
 
-    /* Unit u: O_tmp = P.V of every head, accumulated over the unit's pieces in the heads' L0C slots.  The
-     * device multiplies the inner (token) length rounded up to 16, so a ragged unit zeroes the P slots and a
+    /* Unit u: O_tmp = P.V of every head, accumulated over the unit's pieces in the heads' L0C slots.  P comes
+     * into the heads' L1 slots in windows of kPieceTokens columns (a hand-off may be longer).  The device
+     * multiplies the inner (token) length rounded up to 16, so a ragged window zeroes the P slots and a
      * ragged piece its V buffer first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
-        const uint32_t unitLen = UnitTokens(tk, u);
-        const bool ragged = unitLen % 16 != 0;
+        const uint32_t unitLen = UnitTokens(st.t, tk, u);
         ForEachChunk(st, tk, [&](uint32_t kvh0, uint32_t nkv) {
-            WaitFlag(kPL1Free);
-            for (uint32_t j = 0; j < nkv; ++j) {
-                uint32_t r0, m;
-                st.RunRows(tk, kvh0 + j, r0, m);
-                if (ragged) { /* MTE2, before the load on the same in-order pipe */
-                    PMat whole(kSlotRows, PMat::Cols);
-                    Assign(whole, kL1P + j * kL1PBytes);
-                    ZeroL1(whole);
-                }
-                PMat pMat(m, unitLen);
-                Assign(pMat, kL1P + j * kL1PBytes);
-                LoadNd(pMat, st.p, ScratchP(st.core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
-                       kTrafficScratch);
-            }
-            /* No P -> MTE1 flag: every piece's KvLoaded(bl) is set on MTE2 after these loads. */
-            WaitFlag(kOAccFree);
             bool first = true;
-            st.ForEachPiece(tk, u, kTok, [&](const Piece &pc) {
-                const uint32_t bl = st.l1Toggle++ & 1u;
-                VAll vAll(pc.len, nkv * d);
-                Assign(vAll, kL1Kv0 + bl * kL1KvBytes);
-                WaitFlag(KvL1Free(bl));
-                if (pc.len % 16 != 0) {
-                    VAll whole(VAll::Rows, VAll::Cols);
-                    Assign(whole, kL1Kv0 + bl * kL1KvBytes);
-                    ZeroL1(whole);
-                }
-                LoadNd(vAll, st.v, pc.kvOff + uint64_t(kvh0) * d, pc.len, nkv * d, uint64_t(st.t.kvHeads) * d,
-                       kTrafficKv);
-                Handoff(KvLoaded(bl));
+            for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
+                const uint32_t wl = unitLen - w0 < uint32_t(kPieceTokens) ? unitLen - w0 : uint32_t(kPieceTokens);
+                WaitFlag(kPL1Free);
                 for (uint32_t j = 0; j < nkv; ++j) {
                     uint32_t r0, m;
                     st.RunRows(tk, kvh0 + j, r0, m);
-                    const uint32_t b = st.l0Toggle++ & 1u;
-                    VMat vMat(pc.len, d);
-                    VRight vRight(pc.len, d);
-                    PMat pMat(m, unitLen);
-                    PLeft pLeft(m, pc.len);
-                    OAcc acc(m, d);
-                    Assign(vMat, HeadView(bl, j, d));
-                    Assign(vRight, b * kL0bOpBytes);
-                    Assign(pMat, kL1P + j * kL1PBytes);
-                    Assign(pLeft, kL0aP + b * kL0aPBytes);
-                    Assign(acc, kL0cO + j * kL0cOBytes);
-                    WaitFlag(L0Free(b));
-                    Extract(pLeft, pMat, 0, pc.col);
-                    Mov(vRight, vMat);
-                    if (j + 1 == nkv) SetFlag(KvL1Free(bl));
-                    Handoff(L0Ready(b));
-                    if (first) {
-                        Matmul(acc, pLeft, vRight);
-                    } else {
-                        MatmulAcc(acc, pLeft, vRight);
+                    if (wl % 16 != 0) { /* MTE2, before the load on the same in-order pipe */
+                        PMat whole(kSlotRows, PMat::Cols);
+                        Assign(whole, kL1P + j * kL1PBytes);
+                        ZeroL1(whole);
                     }
-                    Count(kCountMatmul);
-                    SetFlag(L0Free(b));
+                    PMat pMat(m, wl);
+                    Assign(pMat, kL1P + j * kL1PBytes);
+                    LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
+                           st.t.handoff, kTrafficScratch);
                 }
-                first = false;
-            });
-            SetFlag(kPL1Free);
+                /* No P -> MTE1 flag: every piece's KvLoaded(bl) is set on MTE2 after these loads. */
+                if (first) WaitFlag(kOAccFree);
+                st.ForEachPiece(tk, u, w0, w0 + wl, kTok, [&](const Piece &pc) {
+                    const uint32_t bl = st.l1Toggle++ & 1u;
+                    VAll vAll(pc.len, nkv * d);
+                    Assign(vAll, kL1Kv0 + bl * kL1KvBytes);
+                    WaitFlag(KvL1Free(bl));
+                    if (pc.len % 16 != 0) {
+                        VAll whole(VAll::Rows, VAll::Cols);
+                        Assign(whole, kL1Kv0 + bl * kL1KvBytes);
+                        ZeroL1(whole);
+                    }
+                    LoadNd(vAll, st.v, pc.kvOff + uint64_t(kvh0) * d, pc.len, nkv * d, uint64_t(st.t.kvHeads) * d,
+                           kTrafficKv);
+                    Handoff(KvLoaded(bl));
+                    for (uint32_t j = 0; j < nkv; ++j) {
+                        uint32_t r0, m;
+                        st.RunRows(tk, kvh0 + j, r0, m);
+                        const uint32_t b = st.l0Toggle++ & 1u;
+                        VMat vMat(pc.len, d);
+                        VRight vRight(pc.len, d);
+                        PMat pMat(m, wl);
+                        PLeft pLeft(m, pc.len);
+                        OAcc acc(m, d);
+                        Assign(vMat, HeadView(bl, j, d));
+                        Assign(vRight, b * kL0bOpBytes);
+                        Assign(pMat, kL1P + j * kL1PBytes);
+                        Assign(pLeft, kL0aP + b * kL0aPBytes);
+                        Assign(acc, kL0cO + j * kL0cOBytes);
+                        WaitFlag(L0Free(b));
+                        Extract(pLeft, pMat, 0, pc.col - w0);
+                        Mov(vRight, vMat);
+                        if (j + 1 == nkv) SetFlag(KvL1Free(bl));
+                        Handoff(L0Ready(b));
+                        if (first) {
+                            Matmul(acc, pLeft, vRight);
+                        } else {
+                            MatmulAcc(acc, pLeft, vRight);
+                        }
+                        Count(kCountMatmul);
+                        SetFlag(L0Free(b));
+                    }
+                    first = false;
+                });
+                SetFlag(kPL1Free);
+            }
             Handoff(kOAccReady);
             for (uint32_t j = 0; j < nkv; ++j) {
                 uint32_t r0, m;

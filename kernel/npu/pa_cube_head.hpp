@@ -20,8 +20,8 @@ struct HeadPath {
     using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     /* P of a unit, kSub columns wider than a unit: A2/A3's TEXTRACT requires the whole static sub-tile at
      * its column offset to lie inside the source tile (pto-isa a2a3 TExtract's assert), and the last
-     * sub-tile of a unit starts up to kHandoffTokens - 16 columns in. */
-    using PMat = Tile<TileType::Mat, T, kCubeRows, kHandoffTokens + kSub, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+     * sub-tile of a P window starts up to kPieceTokens - 16 columns in. */
+    using PMat = Tile<TileType::Mat, T, kCubeRows, kPieceTokens + kSub, BLayout::ColMajor, DYNAMIC, DYNAMIC,
                       SLayout::RowMajor, kFractalBytes>;
     using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
@@ -51,7 +51,7 @@ struct HeadPath {
     static_assert(kL0aP + 2 * kL0aPBytes <= kL0aBytes, "L0A plan overflows");
     static_assert(2 * kL0bBytes <= pa::kL0bBytes, "L0B plan overflows");
     static_assert(kL0cO + OAcc::Numel * sizeof(float) <= kL0cBytes, "L0C plan overflows");
-    static_assert(kSub % 16 == 0 && kHandoffTokens % 16 == 0, "sub-tiles and units start on whole fractals");
+    static_assert(kSub % 16 == 0 && kPieceTokens % 16 == 0, "sub-tiles and units start on whole fractals");
 
     using Piece = typename CubeState<T>::Piece;
 
@@ -74,7 +74,7 @@ struct HeadPath {
             SetFlag(kQL1Free);
             /* No Q -> M flag: the first sub-tile's L0Ready(b) below is set on MTE1 after this move, and a
              * set_flag waits for all earlier instructions of its pipe, so the matmul sees Q in L0A. */
-            st.ForEachPiece(tk, u, kSub, [&](const Piece &pc) {
+            st.ForEachPiece(tk, u, 0, UnitTokens(st.t, tk, u), kSub, [&](const Piece &pc) {
                 const uint32_t b = st.l1Toggle++ & 1u;
                 KMat kMat(d, pc.len);
                 KRight kRight(d, pc.len);
@@ -94,7 +94,7 @@ struct HeadPath {
                 Count(kCountMatmul);
                 SetFlag(L0Free(b));
                 Handoff(SAccReady(b));
-                StoreNd(st.s, ScratchS(st.core, stage) + uint64_t(r0) * kScorePitch + pc.col, m, pc.len, kScorePitch,
+                StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + pc.col, m, pc.len, st.t.handoff,
                         acc, kTrafficScratch);
                 SetFlag(SAccFree(b));
             });
@@ -102,64 +102,68 @@ struct HeadPath {
         }
     }
 
-    /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  The device
-     * multiplies the inner (token) length rounded up to 16, so a unit whose length is not a multiple of 16
-     * zeroes P's and V's L1 buffers first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
+    /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  P comes into L1 in
+     * windows of kPieceTokens columns (a hand-off may be longer).  The device multiplies the inner (token)
+     * length rounded up to 16, so a window whose length is not a multiple of 16 zeroes P's L1 buffer and a
+     * ragged sub-tile V's first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
-        const uint32_t unitLen = UnitTokens(tk, u);
-        const bool ragged = unitLen % 16 != 0;
+        const uint32_t unitLen = UnitTokens(st.t, tk, u);
         for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
             uint32_t r0, m;
             st.RunRows(tk, kvh, r0, m);
-            PMat pMat(m, unitLen);
             OAcc acc(m, d);
-            Assign(pMat, kL1P);
             Assign(acc, kL0cO);
-            WaitFlag(kPL1Free);
-            if (ragged) { /* MTE2, before the load on the same in-order pipe */
-                PMat whole(kCubeRows, PMat::Cols);
-                Assign(whole, kL1P);
-                ZeroL1(whole);
-            }
-            LoadNd(pMat, st.p, ScratchP(st.core, stage) + uint64_t(r0) * kScorePitch, m, unitLen, kScorePitch,
-                   kTrafficScratch);
-            /* No P -> MTE1 flag: every sub-tile's KvLoaded(b) is set on MTE2 after this load (one in-order
-             * queue), and TEXTRACT waits for it before it reads P. */
-            WaitFlag(kOAccFree);
             bool first = true;
-            st.ForEachPiece(tk, u, kSub, [&](const Piece &pc) {
-                const uint32_t b = st.l1Toggle++ & 1u;
-                VMat vMat(pc.len, d);
-                VRight vRight(pc.len, d);
-                PLeft pLeft(m, pc.len);
-                Assign(vMat, kL1Kv0 + b * kL1KvBytes);
-                Assign(vRight, b * kL0bBytes);
-                Assign(pLeft, kL0aP + b * kL0aPBytes);
-                WaitFlag(KvL1Free(b));
-                if (pc.len % 16 != 0) {
-                    VMat whole(VMat::Rows, VMat::Cols);
-                    Assign(whole, kL1Kv0 + b * kL1KvBytes);
+            for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
+                const uint32_t wl = unitLen - w0 < uint32_t(kPieceTokens) ? unitLen - w0 : uint32_t(kPieceTokens);
+                PMat pMat(m, wl);
+                Assign(pMat, kL1P);
+                WaitFlag(kPL1Free);
+                if (wl % 16 != 0) { /* MTE2, before the load on the same in-order pipe */
+                    PMat whole(kCubeRows, PMat::Cols);
+                    Assign(whole, kL1P);
                     ZeroL1(whole);
                 }
-                LoadNd(vMat, st.v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d, kTrafficKv);
-                Handoff(KvLoaded(b));
-                WaitFlag(L0Free(b));
-                Extract(pLeft, pMat, 0, pc.col);
-                Mov(vRight, vMat);
-                SetFlag(KvL1Free(b));
-                Handoff(L0Ready(b));
-                if (first) {
-                    Matmul(acc, pLeft, vRight);
-                } else {
-                    MatmulAcc(acc, pLeft, vRight);
-                }
-                first = false;
-                Count(kCountMatmul);
-                SetFlag(L0Free(b));
-            });
-            SetFlag(kPL1Free);
+                LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
+                       st.t.handoff, kTrafficScratch);
+                /* No P -> MTE1 flag: every sub-tile's KvLoaded(b) is set on MTE2 after this load (one in-order
+                 * queue), and TEXTRACT waits for it before it reads P. */
+                if (first) WaitFlag(kOAccFree);
+                st.ForEachPiece(tk, u, w0, w0 + wl, kSub, [&](const Piece &pc) {
+                    const uint32_t b = st.l1Toggle++ & 1u;
+                    VMat vMat(pc.len, d);
+                    VRight vRight(pc.len, d);
+                    PLeft pLeft(m, pc.len);
+                    Assign(vMat, kL1Kv0 + b * kL1KvBytes);
+                    Assign(vRight, b * kL0bBytes);
+                    Assign(pLeft, kL0aP + b * kL0aPBytes);
+                    WaitFlag(KvL1Free(b));
+                    if (pc.len % 16 != 0) {
+                        VMat whole(VMat::Rows, VMat::Cols);
+                        Assign(whole, kL1Kv0 + b * kL1KvBytes);
+                        ZeroL1(whole);
+                    }
+                    LoadNd(vMat, st.v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d,
+                           kTrafficKv);
+                    Handoff(KvLoaded(b));
+                    WaitFlag(L0Free(b));
+                    Extract(pLeft, pMat, 0, pc.col - w0);
+                    Mov(vRight, vMat);
+                    SetFlag(KvL1Free(b));
+                    Handoff(L0Ready(b));
+                    if (first) {
+                        Matmul(acc, pLeft, vRight);
+                    } else {
+                        MatmulAcc(acc, pLeft, vRight);
+                    }
+                    first = false;
+                    Count(kCountMatmul);
+                    SetFlag(L0Free(b));
+                });
+                SetFlag(kPL1Free);
+            }
             Handoff(kOAccReady);
             StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
             SetFlag(kOAccFree);

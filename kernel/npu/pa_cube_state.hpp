@@ -27,15 +27,15 @@ struct CubeState {
         uint32_t col, len;
     };
 
-    /* Walks unit u of a task in pieces that never cross a page and hold at most maxTokens tokens; one
-     * block-table read per piece. */
+    /* Walks columns [c0, c1) of unit u of a task in pieces that never cross a page and hold at most
+     * maxTokens tokens; one block-table read per piece.  pc.col counts from the unit's start. */
     template <typename Fn>
-    AICORE inline void ForEachPiece(const Task &tk, uint32_t u, uint32_t maxTokens, Fn &&fn)
+    AICORE inline void ForEachPiece(const Task &tk, uint32_t u, uint32_t c0, uint32_t c1, uint32_t maxTokens, Fn &&fn)
     {
-        const uint32_t unitStart = tk.tokStart + u * kHandoffTokens;
-        const uint32_t unitLen = UnitTokens(tk, u);
+        const uint32_t unitStart = tk.tokStart + u * t.handoff;
+        const uint32_t unitLen = c1;
         const uint64_t rowElems = uint64_t(t.kvHeads) * t.headDim;
-        for (uint32_t col = 0; col < unitLen;) {
+        for (uint32_t col = c0; col < unitLen;) {
             const uint32_t tok = unitStart + col;
             const uint32_t page = tok / t.blockSize, inPage = tok % t.blockSize;
             uint32_t len = t.blockSize - inPage;

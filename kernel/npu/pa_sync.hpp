@@ -70,6 +70,9 @@ enum Edge : int {
     kEdgeBarCast,       /* V barrier: exp -> cast to the input dtype                                        */
     kEdgeBarWiden,      /* V barrier: rounded P -> back to fp32                                             */
     kEdgeBarRowSum,     /* V barrier: widened P -> row sum                                                  */
+    kEdgeBarPieceMax,   /* V barrier: a later piece's row max -> the unit's running row max                 */
+    kEdgeBarPieceScaled, /* V barrier: a reloaded piece of S * scale -> S - m                                   */
+    kEdgeBarPieceSum,   /* V barrier: a later piece's row sum -> the unit's running row sum                 */
     kEdgeBarUpdate,     /* V barrier: the last softmax's row sum -> the update that reads it                */
     kEdgeBarRescale,    /* V barrier: O * dm, l * dm -> O + O_tmp, l + l_u                                  */
     kEdgeBarFinal,      /* V barrier: last update -> O / l                                                  */

@@ -1,5 +1,5 @@
 /*
- * Reading the tiling words (ABI v1) and walking the task list exactly as docs/CONTRACT.md ("Task loop") defines it:
+ * Reading the tiling words (ABI v2) and walking the task list exactly as docs/CONTRACT.md ("Task loop") defines it:
  * process = block_idx, block_idx + block_num, ... over the former pass (former_batch x head chunks x kvCN),
  * then the tail pass (tail_batch x tail head chunks, whole sequences).  Schedule position p runs the slot
  * named by per-sequence word 13 of slot p (a gather map).  Cube and vector cores walk the same list.
@@ -18,6 +18,8 @@ struct Tiling {
     Gm<uint32_t> words;
     uint32_t batch, numHeads, headDim, blockSize, maxBlocks, kvHeads, group;
     uint32_t formerBatch, formerHead, tailBatch, tailHead, kvSplit, kvCoreNum, tileTokens, key;
+    uint32_t handoff;     /* tokens per hand-off: the row pitch of S and P in scratch                         */
+    uint64_t sHalf, pHalf; /* elements of one S / P stage of a core (ABI v2 word 43, or the v1 halves)      */
     float scale;
 
     AICORE inline uint32_t Word(uint32_t i) const { return ReadScalar(words, i); }
@@ -48,6 +50,10 @@ AICORE inline Tiling ReadTiling(__gm__ uint8_t *raw)
     t.kvCoreNum = t.Word(PA_TW_KVCORENUM);
     t.tileTokens = t.Word(PA_TW_BLOCKSIZE_CALC);
     t.key = t.Word(PA_TW_KEY);
+    const uint32_t handoff = t.Word(PA_TW_HANDOFF_TOKENS), stage = t.Word(PA_TW_SCORE_STAGE_ELEMS);
+    t.handoff = handoff != 0 ? handoff : PA_DEFAULT_HANDOFF_TOKENS;
+    t.sHalf = stage != 0 ? stage : PA_S_HALF_ELEMS;
+    t.pHalf = stage != 0 ? stage : PA_P_HALF_ELEMS;
     union {
         uint32_t u;
         float f;
@@ -121,22 +127,23 @@ AICORE inline void ForEachTask(const Tiling &t, uint32_t core, uint32_t blockNum
     }
 }
 
-/* Hand-off units of a task: ceil(tokCount / kHandoffTokens). */
-AICORE inline uint32_t UnitsOf(const Task &k) { return CeilDiv(k.tokCount, kHandoffTokens); }
-AICORE inline uint32_t UnitTokens(const Task &k, uint32_t u)
+/* Hand-off units of a task: ceil(tokCount / handoff). */
+AICORE inline uint32_t UnitsOf(const Tiling &t, const Task &k) { return CeilDiv(k.tokCount, t.handoff); }
+AICORE inline uint32_t UnitTokens(const Tiling &t, const Task &k, uint32_t u)
 {
-    const uint32_t rest = k.tokCount - u * kHandoffTokens;
-    return rest < uint32_t(kHandoffTokens) ? rest : uint32_t(kHandoffTokens);
+    const uint32_t rest = k.tokCount - u * t.handoff;
+    return rest < t.handoff ? rest : t.handoff;
 }
 
-/* Per-core scratch bases (elements), ABI strides; stage 0/1 halves. */
-AICORE inline uint64_t ScratchS(uint32_t core, uint32_t stage)
+/* Per-core scratch bases (elements): two stages per core, S and P of the plan's stage size (ABI v2) or the v1
+ * halves; o_tmp at the ABI strides. */
+AICORE inline uint64_t ScratchS(const Tiling &t, uint32_t core, uint32_t stage)
 {
-    return uint64_t(core) * PA_S_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_S_HALF_ELEMS;
+    return (2 * uint64_t(core) + stage) * t.sHalf;
 }
-AICORE inline uint64_t ScratchP(uint32_t core, uint32_t stage)
+AICORE inline uint64_t ScratchP(const Tiling &t, uint32_t core, uint32_t stage)
 {
-    return uint64_t(core) * PA_P_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_P_HALF_ELEMS;
+    return (2 * uint64_t(core) + stage) * t.pHalf;
 }
 AICORE inline uint64_t ScratchO(uint32_t core, uint32_t stage)
 {

@@ -19,8 +19,8 @@ namespace pa {
 
 template <typename T, int DCap>
 struct VectorCore {
-    using SF = Tile<TileType::Vec, float, kVecRows, kHandoffTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-    using PT = Tile<TileType::Vec, T, kVecRows, kHandoffTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    using SF = Tile<TileType::Vec, float, kVecRows, kPieceTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    using PT = Tile<TileType::Vec, T, kVecRows, kPieceTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OF = Tile<TileType::Vec, float, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OT = Tile<TileType::Vec, T, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     /* A per-row vector (one float per head row) as a column: row reductions write it, row-expand ops read it. */
@@ -44,6 +44,7 @@ struct VectorCore {
         kColL = kColM0 + 2,
         kColLm,
         kColHm,
+        kColPiece, /* a later piece's row max or row sum, folded into the unit's */
         kColLse,
         kColDm0,
         kColLl0 = kColDm0 + kStages,
@@ -72,27 +73,41 @@ struct VectorCore {
         return c;
     }
 
+    /* softmax(u).  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.  A larger unit
+     * goes in pieces of kPieceTokens columns, twice: the row max over every piece first, then per piece
+     * exp(S - m), the cast P to GM and the row sum, each piece of S loaded again. */
     AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, ColSlot mSlot, uint32_t row0, uint32_t r)
     {
         WaitFromCube(QkReady(stage));
         if (r != 0) {
-            const uint32_t len = UnitTokens(tk, u);
-            SF sT(r, len), pF(r, len);
-            PT pT(r, len);
-            Assign(sT, kUbS);
-            Assign(pF, kUbPf);
-            Assign(pT, kUbPt);
-            Col gm = ColAt(mSlot, r), lm = ColAt(kColLm, r);
+            const uint32_t len = UnitTokens(t, tk, u);
+            const bool onePiece = len <= uint32_t(kPieceTokens);
+            const uint64_t sRow = ScratchS(t, core, stage) + uint64_t(row0) * t.handoff;
+            const uint64_t pRow = ScratchP(t, core, stage) + uint64_t(row0) * t.handoff;
+            Col gm = ColAt(mSlot, r), lm = ColAt(kColLm, r), pm = ColAt(kColPiece, r);
             Row gmRow = RowAt(mSlot, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
-            Row dmRow = RowAt(ColSlot(kColDm0 + stage), r);
+            Row pieceRow = RowAt(kColPiece, r), dmRow = RowAt(ColSlot(kColDm0 + stage), r);
             Col ll = ColAt(ColSlot(kColLl0 + stage), r);
-            WaitFlag(kSUbFree);
-            LoadNd(sT, s, ScratchS(core, stage) + uint64_t(row0) * kScorePitch, r, len, kScorePitch,
-                   kTrafficScratch);
-            Handoff(kSLoaded);
-            MulS(sT, sT, t.scale);
-            VecBarrier(kEdgeBarScaled);
-            RowMax(lm, sT, pF);
+            Row llRow = RowAt(ColSlot(kColLl0 + stage), r);
+            for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 1: the unit's row max */
+                const uint32_t wl = len - w0 < uint32_t(kPieceTokens) ? len - w0 : uint32_t(kPieceTokens);
+                SF sT(r, wl), pF(r, wl);
+                Assign(sT, kUbS);
+                Assign(pF, kUbPf);
+                WaitFlag(kSUbFree);
+                LoadNd(sT, s, sRow + w0, r, wl, t.handoff, kTrafficScratch);
+                Handoff(kSLoaded);
+                MulS(sT, sT, t.scale);
+                VecBarrier(kEdgeBarScaled);
+                if (w0 == 0) {
+                    RowMax(lm, sT, pF);
+                } else {
+                    RowMax(pm, sT, pF);
+                    VecBarrier(kEdgeBarPieceMax);
+                    Max(lmRow, lmRow, pieceRow);
+                }
+                if (!onePiece) SetFlag(kSUbFree);
+            }
             VecBarrier(kEdgeBarRowMax);
             if (u == 0) {
                 AddS(gmRow, lmRow, 0.0f);
@@ -105,21 +120,41 @@ struct VectorCore {
                 AddS(gmRow, hmRow, 0.0f);
             }
             VecBarrier(kEdgeBarCentered);
-            RowExpandSub(pF, sT, gm);
-            VecBarrier(kEdgeBarExp);
-            Exp(pF, pF);
-            VecBarrier(kEdgeBarCast);
-            WaitFlag(kPUbFree);
-            Cvt(pT, pF, RoundMode::CAST_RINT);
-            Handoff(kPCast);
-            StoreNd(p, ScratchP(core, stage) + uint64_t(row0) * kScorePitch, r, len, kScorePitch, pT,
-                    kTrafficScratch);
-            SetFlag(kPUbFree);
-            VecBarrier(kEdgeBarWiden);
-            Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
-            VecBarrier(kEdgeBarRowSum);
-            RowSum(ll, pF, sT);
-            SetFlag(kSUbFree);
+            for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 2: P and its row sum */
+                const uint32_t wl = len - w0 < uint32_t(kPieceTokens) ? len - w0 : uint32_t(kPieceTokens);
+                SF sT(r, wl), pF(r, wl);
+                PT pT(r, wl);
+                Assign(sT, kUbS);
+                Assign(pF, kUbPf);
+                Assign(pT, kUbPt);
+                if (!onePiece) {
+                    WaitFlag(kSUbFree);
+                    LoadNd(sT, s, sRow + w0, r, wl, t.handoff, kTrafficScratch);
+                    Handoff(kSLoaded);
+                    MulS(sT, sT, t.scale);
+                    VecBarrier(kEdgeBarPieceScaled);
+                }
+                RowExpandSub(pF, sT, gm);
+                VecBarrier(kEdgeBarExp);
+                Exp(pF, pF);
+                VecBarrier(kEdgeBarCast);
+                WaitFlag(kPUbFree);
+                Cvt(pT, pF, RoundMode::CAST_RINT);
+                Handoff(kPCast);
+                StoreNd(p, pRow + w0, r, wl, t.handoff, pT, kTrafficScratch);
+                SetFlag(kPUbFree);
+                VecBarrier(kEdgeBarWiden);
+                Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+                VecBarrier(kEdgeBarRowSum);
+                if (w0 == 0) {
+                    RowSum(ll, pF, sT);
+                } else {
+                    RowSum(pm, pF, sT);
+                    VecBarrier(kEdgeBarPieceSum);
+                    Add(llRow, llRow, pieceRow);
+                }
+                SetFlag(kSUbFree);
+            }
         }
         SignalCube(SoftmaxReady(stage));
     }
@@ -244,7 +279,7 @@ struct VectorCore {
                 if (r != 0) WriteZeros(tk, row0, r);
                 return;
             }
-            const uint32_t units = UnitsOf(tk);
+            const uint32_t units = UnitsOf(t, tk);
             const ColSlot mSlot = ColSlot(kColM0 + taskCounter++ % 2);
             for (uint32_t u = 0; u < units; ++u) {
                 const uint32_t stage = unitCounter++ % kStages;
