@@ -1,16 +1,16 @@
 """The hand-off size analysis on our kernel: what each cube<->vector hand-off size costs in hand-offs, rescales,
-scratch and syncs per task, and the predicted time where the kernel supports the size.
+scratch and syncs per task, and its predicted time.
 
     python -m timing.handoff_table [--sizes 512,1024,2048,4096,whole] [--contexts 2048,8192,32768]
                                    [--batches 1,64] [--max-kv-gb 3]
 
-Counts follow from the plan (tokens per task) and the hand-off size: hand-offs per task = ceil(tokens / H),
-rescales = hand-offs - 1, cube<->vector syncs = 4 per hand-off (S ready, P ready from each vector sub-core,
-O_tmp ready), scratch per core = two ping-pong stages of S (fp32), P (input dtype) and O_tmp (fp32) for the
-task's heads.  The predicted µs comes from the simulation's trace replayed by the timing model, only for the
-size the built kernel uses (its compile-time hand-off, pa_config.hpp) and only where the shape's K/V fit the
-host (``--max-kv-gb``); other sizes print "-" until the hand-off size is a plan parameter.  Predictions are
-predictions, not measurements.
+The hand-off is a plan parameter (kernel ABI v2, tiling word 42; ``handoff_tokens=`` of the planner and the
+runner); "whole" is the context rounded up to a multiple of 512, one hand-off per task.  Counts follow from the
+plan (tokens per task) and the hand-off size: hand-offs per task = ceil(tokens / H), rescales = hand-offs - 1,
+cube<->vector syncs = 4 per hand-off (S ready, P ready from each vector sub-core, O_tmp ready); S+P scratch per
+core is the plan's (two stages of heads per task x H, fp32 S and input-dtype P; o_tmp keeps its fixed 256 KiB).
+The predicted µs is the simulation's trace of that plan replayed by the timing model, where the shape's K/V
+fit the host (``--max-kv-gb``).  Predictions are predictions, not measurements.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmark.shapes import uniform_shape
-from tiling import abi, plan_paged_attention
+from tiling import PagedAttentionPlan, abi, plan_paged_attention
 from timing.predictions import predict_shape
 
-#: the kernel's compile-time hand-off size (kernel/npu/pa_config.hpp: kMaxTaskHeads x 512 fills a scratch half)
-BUILT_HANDOFF_TOKENS = abi.S_HALF_ELEMS // abi.HEAD_SPLIT_LIMIT
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, ELEM_BYTES = 32, 8, 128, 128, 2
 
 
@@ -44,31 +42,37 @@ class Row:
     predicted_us: float | None
 
 
-def plan_tasks(batch: int, context: int) -> tuple[int, int, int]:
-    """(tasks, tokens per task, heads per task) of the planner's default plan on 24 cores."""
+def handoff_tokens(size: str, context: int) -> int:
+    """Tokens of a hand-off size: a number, or "whole" (the context in whole 512-token pieces)."""
+    if size == "whole":
+        return -(-context // abi.HANDOFF_ALIGN_TOKENS) * abi.HANDOFF_ALIGN_TOKENS
+    return int(size)
+
+
+def plan_of(batch: int, context: int, handoff: int) -> PagedAttentionPlan:
+    """The planner's plan on 24 cores with the hand-off forced."""
     pages = -(-context // BLOCK_SIZE)
-    plan = plan_paged_attention(np.full(batch, context, np.int32), num_heads=HEADS, num_kv_heads=KV_HEADS,
+    return plan_paged_attention(np.full(batch, context, np.int32), num_heads=HEADS, num_kv_heads=KV_HEADS,
                                 head_dim=HEAD_DIM, block_size=BLOCK_SIZE, max_pages=pages,
-                                num_blocks=batch * pages, scale=1.0, core_count=24)
-    words = plan.tiling
-    kvcn = int(words[abi.TilingWord.KVCORENUM])
-    tokens = int(words[abi.TilingWord.KVSPLIT]) if kvcn > 1 else context
-    heads = int(words[abi.TilingWord.FORMER_HEAD]) or HEADS
-    tasks = batch * math.ceil(HEADS / heads) * max(1, kvcn)
-    return tasks, min(tokens, context), min(heads, abi.HEAD_SPLIT_LIMIT)
+                                num_blocks=batch * pages, scale=1.0, core_count=24, handoff_tokens=handoff)
 
 
 def row(batch: int, context: int, size: str, max_kv_bytes: float) -> Row:
-    tasks, tokens, heads = plan_tasks(batch, context)
-    h = tokens if size == "whole" else min(int(size), tokens)  # a hand-off never exceeds its task
-    units = math.ceil(tokens / h)
-    scratch = 2 * heads * (h * 4 + h * ELEM_BYTES + HEAD_DIM * 4)
+    handoff = handoff_tokens(size, context)
+    plan = plan_of(batch, context, handoff)
+    words = plan.tiling
+    kvcn = int(words[abi.TilingWord.KVCORENUM])
+    tokens = min(int(words[abi.TilingWord.KVSPLIT]) if kvcn > 1 else context, context)
+    heads = int(words[abi.TilingWord.FORMER_HEAD]) or HEADS
+    tasks = batch * math.ceil(HEADS / heads) * max(1, kvcn)
+    units = math.ceil(tokens / handoff)
+    scratch = (plan.workspace.s_bytes + plan.workspace.p_bytes) / plan.block_dim
     predicted = None
     kv_bytes = 2 * batch * context * KV_HEADS * HEAD_DIM * ELEM_BYTES
-    if h == min(BUILT_HANDOFF_TOKENS, tokens) and kv_bytes <= max_kv_bytes:  # what the built kernel runs
+    if kv_bytes <= max_kv_bytes:
         shape = uniform_shape(batch, context, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                               block_size=BLOCK_SIZE)
-        predicted = predict_shape(shape)["predicted_us"]
+        predicted = predict_shape(shape, handoff)["predicted_us"]
     return Row(batch, context, size, tasks, tokens, units, units - 1, scratch / 1024, 4 * units, predicted)
 
 
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,64")
     p.add_argument("--max-kv-gb", type=float, default=3.0, help="largest K/V the simulation may allocate")
     args = p.parse_args(argv)
-    print("| batch | context | hand-off | tasks | tokens/task | hand-offs/task | rescales/task | scratch KiB/core "
+    print("| batch | context | hand-off | tasks | tokens/task | hand-offs/task | rescales/task | S+P scratch KiB/core "
           "| syncs/task | predicted µs |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for batch in (int(b) for b in args.batches.split(",")):

@@ -34,20 +34,21 @@ OUT = Path(__file__).resolve().parent / "predictions.json"
 ENVELOPE_TB_PER_S = 1.126
 
 
-def trace_of(shape: BenchShape, core_count: int) -> tr.Trace:
+def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None) -> tr.Trace:
     from launcher import PagedAttentionRunner
 
     case = build_case(shape, "cpu")
     runner = PagedAttentionRunner(
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend="sim", out=torch.empty_like(case.query), checked=False, core_count=core_count,
+        handoff_tokens=handoff_tokens,
     )
     return tr.capture(runner.library.handle, runner, runner.plan.block_dim)
 
 
-def predict_shape(shape: BenchShape) -> dict[str, Any]:
+def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[str, Any]:
     costs = load_cost_tables()
-    trace = trace_of(shape, DEFAULT.cube_cores)
+    trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens)
     total_bytes = bytes_model.traffic(shape).total_bytes
     nominal = replay(trace, costs, DEFAULT)
     fast = replay(trace, costs, at_band_end(DEFAULT, 0))
