@@ -176,6 +176,8 @@ ACCURACY_CASES = {
     # (reversed gather map) the empty sequence while a task's second unit is pending: the vectors retire that
     # task before writing the zero rows; a one-unit task between tasks in the second case
     "fp16_one_core_task_boundaries": {"lens": [1200, 700, 0], "cores": 1, "reverse_gather": True},
+    # a ragged BN grid over two rounds of cores (8 sequences, 4 cores, one task each): the snake gather order
+    "fp16_ragged_bn_snake_order": {"lens": [700, 33, 1200, 16, 513, 90, 300, 2000], "cores": 4, "strategy": "bn"},
     # hand-offs longer than 512 tokens (ABI v2 word 42): the vectors take a unit in 512-column pieces, twice;
     # the cube loads P in 512-column windows; ragged last windows; the chunk and the head path; a hand-off
     # longer than every task (one unit per task)

@@ -174,8 +174,24 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         words[word] = value
 
 
+def gather_order(lens: np.ndarray, split: CoreSplit, num_heads: int) -> np.ndarray:
+    """Schedule position -> slot: ATB's stable ascending sort of the lengths, except (departure 10) a ragged BN
+    grid of one task per sequence over several rounds of cores, which gets a snake order of the descending
+    lengths (round 0 gives cores 0, 1, ... the longest sequences, round 1 gives them back in reverse, ...), so
+    every core's sum of lengths comes out about equal: core c runs positions c, c + block_dim, ... (the task
+    loop), and the ascending order gives the cores of the last round the longest sequences of all."""
+    ascending = np.argsort(lens, kind="stable").astype(np.int64)
+    cores = split.block_dim
+    one_task_per_sequence = split.former_head >= num_heads and split.kv_core_num == 1 and split.tail_batch == 0
+    if split.strategy != "bn" or not one_task_per_sequence or lens.size <= cores or np.unique(lens).size == 1:
+        return ascending
+    descending = ascending[::-1]
+    rounds = [descending[start:start + cores] for start in range(0, lens.size, cores)]
+    return np.concatenate([r if i % 2 == 0 else r[::-1] for i, r in enumerate(rounds)]).astype(np.int64)
+
+
 def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
-                  kv_core_num: int) -> None:
+                  kv_core_num: int, gather: np.ndarray) -> None:
     """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs."""
     f = abi.BatchField
     batch = lens.size
@@ -189,8 +205,8 @@ def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_d
         f.M_UBD: np.full(batch, DECODE_M_UBD, np.int64),
         f.BLOCK_SIZE: np.full(batch, block_size, np.int64),
         f.BATCH_IDX: slots,
-        # Gather map: schedule position p runs the p-th shortest sequence (ATB's stable sort).
-        f.GATHER: np.argsort(lens, kind="stable").astype(np.int64),
+        # Gather map: schedule position p runs slot gather[p] (gather_order).
+        f.GATHER: gather,
     }
     pairs = {
         (f.ADDR_Q_HI, f.ADDR_Q_LO): slots * row_elems,
@@ -272,7 +288,7 @@ def plan_paged_attention(
         max_kv=max_kv, tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
-                  kv_core_num=split.kv_core_num)
+                  kv_core_num=split.kv_core_num, gather=gather_order(lens, split, num_heads))
     words.setflags(write=False)
     sizes = workspace_sizes(
         block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
