@@ -1,4 +1,4 @@
-"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v1).
+"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v2).
 
 Every number the host needs to talk to a kernel lives in that header; this module gives each one a name so
 that no other file indexes the tiling tensor or the argument list with a bare number.

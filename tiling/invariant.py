@@ -15,7 +15,7 @@ all three, per (block_size, head_dim) only:
 * **The head split**: whole KV groups (``min(group, HEAD_SPLIT_LIMIT)`` query heads per task).
 
 The core count only decides which core runs which task (``block_dim``), never what a task computes.  What
-remains batch-dependent is whether the launch uses the split-KV key at all: ABI v1 requires kvCN to be the
+remains batch-dependent is whether the launch uses the split-KV key at all: the ABI requires kvCN to be the
 longest sequence's split count, so a batch whose sequences all fit one split is launched without a combine.
 A sequence of at most one split is then computed by the no-split path; the tests check that both paths give
 the same bits (the combine of a single partial is an exact identity in both kernels).

@@ -1,5 +1,5 @@
 /*
- * Mock-device exports beyond kernel ABI v1 (kernel/pa_kernel_abi.h), exported by the simulation too.  The
+ * Mock-device exports beyond the kernel ABI (kernel/pa_kernel_abi.h), exported by the simulation too.  The
  * launcher mirrors these structs once, in launcher/mock_api.py (ctypes), and compares sizes and field offsets
  * with pa_mock_struct_layout() (kernel/contract/pa_abi_exports.c) whenever it loads a library.
  *

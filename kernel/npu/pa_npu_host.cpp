@@ -1,6 +1,6 @@
 /*
  * NPU build of the pa-kit kernel (build_npu.sh, CANN bisheng -xcce, dav-c220): the device code of
- * pa_kernel.cpp plus the ABI v1 host exports.  call_kernel fetches the cross-core flag (FFTS) control
+ * pa_kernel.cpp plus the ABI host exports.  call_kernel fetches the cross-core flag (FFTS) control
  * address from the runtime and launches the mixed kernel with the compiler's <<<>>> host stub.
  *
  * Not compiled or run on our CPU machines (no CANN there): verified only through the CPU simulation of the

@@ -1,5 +1,5 @@
 /*
- * Exports of the simulation build (build/lib/libpa_sim.so) beyond kernel ABI v1 and the mock API.
+ * Exports of the simulation build (build/lib/libpa_sim.so) beyond the kernel ABI and the mock API.
  *
  * Per-launch figures that predict NPU behaviour from the CPU simulation of the same kernel source:
  * traffic between global memory and the on-chip buffers, cube<->vector hand-offs, and the peak on-chip
