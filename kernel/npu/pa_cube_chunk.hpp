@@ -35,22 +35,21 @@ template <typename T, int DCap>
 struct ChunkPath {
     static constexpr int kSlots = ChunkSlots(DCap);
     static constexpr int kTok = ChunkTokens(DCap);
-    /* L1 (Mat) tiles: the chunk's K^T (ZN) and V (NZ), one head's view of each, a q staging tile, P slots.
-     * P is kTok columns wider than a unit: A2/A3's TEXTRACT wants the whole static sub-tile inside the source. */
+    /* The chunk's K^T (ZN) and V (NZ) in L1, and one head's tiles (CubeTiles): a head's K/V tile is a view
+     * of the chunk tile with the same static token count. */
     using KAll = Tile<TileType::Mat, T, kSlots * DCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VAll = Tile<TileType::Mat, T, kTok, kSlots * DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using KMat = Tile<TileType::Mat, T, DCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
-    using VMat = Tile<TileType::Mat, T, kTok, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using QMat = Tile<TileType::Mat, T, kSlotRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using PMat = Tile<TileType::Mat, T, kSlotRows, kPieceTokens + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC,
-                      SLayout::RowMajor, kFractalBytes>;
-    /* L0 tiles */
-    using QLeft = TileLeft<T, kSlotRows, DCap, DYNAMIC, DYNAMIC>;
-    using PLeft = TileLeft<T, kSlotRows, kTok, DYNAMIC, DYNAMIC>;
-    using KRight = TileRight<T, DCap, kTok, DYNAMIC, DYNAMIC>;
-    using VRight = TileRight<T, kTok, DCap, DYNAMIC, DYNAMIC>;
-    using SAcc = TileAcc<float, kSlotRows, kTok, DYNAMIC, DYNAMIC>;
-    using OAcc = TileAcc<float, kSlotRows, DCap, DYNAMIC, DYNAMIC>;
+    using Tiles = CubeTiles<T, DCap, kSlotRows, kTok>;
+    using QMat = typename Tiles::QMat;
+    using PMat = typename Tiles::PMat;
+    using KMat = typename Tiles::KMat;
+    using VMat = typename Tiles::VMat;
+    using QLeft = typename Tiles::QLeft;
+    using PLeft = typename Tiles::PLeft;
+    using KRight = typename Tiles::KRight;
+    using VRight = typename Tiles::VRight;
+    using SAcc = typename Tiles::SAcc;
+    using OAcc = typename Tiles::OAcc;
 
     /* On-chip layout (bytes).  L1: q staging | P slots | two K/V buffers.  L0A: q slots | two P operands.
      * L0B: two operands.  L0C: two S accumulators | P.V slots. */
@@ -163,7 +162,7 @@ struct ChunkPath {
         ForEachChunk(st, tk, [&](uint32_t kvh0, uint32_t nkv) {
             bool first = true;
             for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
-                const uint32_t wl = unitLen - w0 < uint32_t(kPieceTokens) ? unitLen - w0 : uint32_t(kPieceTokens);
+                const uint32_t wl = PieceTokens(unitLen, w0);
                 WaitFlag(kPL1Free);
                 for (uint32_t j = 0; j < nkv; ++j) {
                     uint32_t r0, m;

@@ -16,22 +16,17 @@ namespace pa {
 template <typename T, int DCap>
 struct HeadPath {
     static constexpr int kSub = SubTokens(DCap);
-    /* L1 (Mat) tiles */
-    using QMat = Tile<TileType::Mat, T, kCubeRows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    /* P of a unit, kSub columns wider than a unit: A2/A3's TEXTRACT requires the whole static sub-tile at
-     * its column offset to lie inside the source tile (pto-isa a2a3 TExtract's assert), and the last
-     * sub-tile of a P window starts up to kPieceTokens - 16 columns in. */
-    using PMat = Tile<TileType::Mat, T, kCubeRows, kPieceTokens + kSub, BLayout::ColMajor, DYNAMIC, DYNAMIC,
-                      SLayout::RowMajor, kFractalBytes>;
-    using KMat = Tile<TileType::Mat, T, DCap, kSub, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
-    using VMat = Tile<TileType::Mat, T, kSub, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    /* L0 tiles */
-    using QLeft = TileLeft<T, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
-    using PLeft = TileLeft<T, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
-    using KRight = TileRight<T, DCap, kSub, DYNAMIC, DYNAMIC>;
-    using VRight = TileRight<T, kSub, DCap, DYNAMIC, DYNAMIC>;
-    using SAcc = TileAcc<float, kCubeRows, kSub, DYNAMIC, DYNAMIC>;
-    using OAcc = TileAcc<float, kCubeRows, DCap, DYNAMIC, DYNAMIC>;
+    using Tiles = CubeTiles<T, DCap, kCubeRows, kSub>;
+    using QMat = typename Tiles::QMat;
+    using PMat = typename Tiles::PMat;
+    using KMat = typename Tiles::KMat;
+    using VMat = typename Tiles::VMat;
+    using QLeft = typename Tiles::QLeft;
+    using PLeft = typename Tiles::PLeft;
+    using KRight = typename Tiles::KRight;
+    using VRight = typename Tiles::VRight;
+    using SAcc = typename Tiles::SAcc;
+    using OAcc = typename Tiles::OAcc;
 
     /* On-chip layout (bytes).  L1: Q | P | two K/V sub-tile buffers.  L0A: Q | two P sub-tiles.  L0B: two
      * sub-tiles.  L0C: two S accumulators (one drains to GM while the next fills) and the P.V accumulator.
@@ -117,7 +112,7 @@ struct HeadPath {
             Assign(acc, kL0cO);
             bool first = true;
             for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
-                const uint32_t wl = unitLen - w0 < uint32_t(kPieceTokens) ? unitLen - w0 : uint32_t(kPieceTokens);
+                const uint32_t wl = PieceTokens(unitLen, w0);
                 PMat pMat(m, wl);
                 Assign(pMat, kL1P);
                 WaitFlag(kPL1Free);

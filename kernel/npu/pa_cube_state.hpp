@@ -10,6 +10,26 @@
 
 namespace pa {
 
+/* The tiles of a cube data path: `Rows` q heads per matmul, `Tok` tokens per K/V operand, head dim up to
+ * DCap, and P windows of kPieceTokens columns.  In L1, K^T is ZN (16-row blocks contiguous), V and P are NZ
+ * (16-column blocks contiguous), Q is NZ; P is Tok columns wider than a window because A2/A3's TEXTRACT wants
+ * the whole static sub-tile inside the source at its column offset (pto-isa a2a3 TExtract's assert), and the
+ * last sub-tile of a window starts up to kPieceTokens - 16 columns in. */
+template <typename T, int DCap, int Rows, int Tok>
+struct CubeTiles {
+    using QMat = Tile<TileType::Mat, T, Rows, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using PMat = Tile<TileType::Mat, T, Rows, kPieceTokens + Tok, BLayout::ColMajor, DYNAMIC, DYNAMIC,
+                      SLayout::RowMajor, kFractalBytes>;
+    using KMat = Tile<TileType::Mat, T, DCap, Tok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    using VMat = Tile<TileType::Mat, T, Tok, DCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using QLeft = TileLeft<T, Rows, DCap, DYNAMIC, DYNAMIC>;
+    using PLeft = TileLeft<T, Rows, Tok, DYNAMIC, DYNAMIC>;
+    using KRight = TileRight<T, DCap, Tok, DYNAMIC, DYNAMIC>;
+    using VRight = TileRight<T, Tok, DCap, DYNAMIC, DYNAMIC>;
+    using SAcc = TileAcc<float, Rows, Tok, DYNAMIC, DYNAMIC>;
+    using OAcc = TileAcc<float, Rows, DCap, DYNAMIC, DYNAMIC>;
+};
+
 template <typename T>
 struct CubeState {
     const Tiling &t;

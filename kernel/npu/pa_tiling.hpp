@@ -135,6 +135,12 @@ AICORE inline uint32_t UnitTokens(const Tiling &t, const Task &k, uint32_t u)
     return rest < t.handoff ? rest : t.handoff;
 }
 
+/* Columns of the piece of a unit that starts at column w0: kPieceTokens, or what is left of the unit. */
+AICORE inline uint32_t PieceTokens(uint32_t unitLen, uint32_t w0)
+{
+    return unitLen - w0 < uint32_t(kPieceTokens) ? unitLen - w0 : uint32_t(kPieceTokens);
+}
+
 /* Per-core scratch bases (elements): two stages per core, S and P of the plan's stage size (ABI v2) or the v1
  * halves; o_tmp at the ABI strides. */
 AICORE inline uint64_t ScratchS(const Tiling &t, uint32_t core, uint32_t stage)

@@ -73,6 +73,16 @@ struct VectorCore {
         return c;
     }
 
+    /* r x wl scores from GM offset `off` (row pitch: the hand-off) into S's UB buffer, times the scale; the
+     * caller puts the V barrier that orders the scaled S before its next use. */
+    AICORE inline void LoadScaled(SF &sT, uint64_t off, uint32_t r, uint32_t wl)
+    {
+        WaitFlag(kSUbFree);
+        LoadNd(sT, s, off, r, wl, t.handoff, kTrafficScratch);
+        Handoff(kSLoaded);
+        MulS(sT, sT, t.scale);
+    }
+
     /* softmax(u).  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.  A larger unit
      * goes in pieces of kPieceTokens columns, twice: the row max over every piece first, then per piece
      * exp(S - m), the cast P to GM and the row sum, each piece of S loaded again. */
@@ -90,14 +100,11 @@ struct VectorCore {
             Col ll = ColAt(ColSlot(kColLl0 + stage), r);
             Row llRow = RowAt(ColSlot(kColLl0 + stage), r);
             for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 1: the unit's row max */
-                const uint32_t wl = len - w0 < uint32_t(kPieceTokens) ? len - w0 : uint32_t(kPieceTokens);
+                const uint32_t wl = PieceTokens(len, w0);
                 SF sT(r, wl), pF(r, wl);
                 Assign(sT, kUbS);
                 Assign(pF, kUbPf);
-                WaitFlag(kSUbFree);
-                LoadNd(sT, s, sRow + w0, r, wl, t.handoff, kTrafficScratch);
-                Handoff(kSLoaded);
-                MulS(sT, sT, t.scale);
+                LoadScaled(sT, sRow + w0, r, wl);
                 VecBarrier(kEdgeBarScaled);
                 if (w0 == 0) {
                     RowMax(lm, sT, pF);
@@ -121,17 +128,14 @@ struct VectorCore {
             }
             VecBarrier(kEdgeBarCentered);
             for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 2: P and its row sum */
-                const uint32_t wl = len - w0 < uint32_t(kPieceTokens) ? len - w0 : uint32_t(kPieceTokens);
+                const uint32_t wl = PieceTokens(len, w0);
                 SF sT(r, wl), pF(r, wl);
                 PT pT(r, wl);
                 Assign(sT, kUbS);
                 Assign(pF, kUbPf);
                 Assign(pT, kUbPt);
                 if (!onePiece) {
-                    WaitFlag(kSUbFree);
-                    LoadNd(sT, s, sRow + w0, r, wl, t.handoff, kTrafficScratch);
-                    Handoff(kSLoaded);
-                    MulS(sT, sT, t.scale);
+                    LoadScaled(sT, sRow + w0, r, wl);
                     VecBarrier(kEdgeBarPieceScaled);
                 }
                 RowExpandSub(pF, sT, gm);
