@@ -265,13 +265,9 @@ def split_small_batch(
     if ranges < 2:
         return None
     kv_align = _kv_align(max_kv, block_size)
-    kv_pages = kv_align // block_size
-    pages_per_split = max(ceil_div(kv_pages, ranges), ceil_div(kv_pages, combine_split_limit(head_dim)))
-    kv_split_tokens = pages_per_split * block_size
-    kv_core_num = abi.kv_splits(kv_align, block_size, kv_split_tokens)
-    if kv_core_num < 2:
-        return None
-    return one_pass_grid(batch, num_heads, num_kv_heads, head_split, kv_split_tokens, kv_core_num, core_count)
+    split = _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim,
+                           ceil_div(kv_align // block_size, ranges), head_split, core_count)
+    return split if split.kv_core_num >= 2 else None
 
 
 def splits_a_group(split: CoreSplit, group: int) -> bool:
