@@ -164,7 +164,7 @@ ACCURACY_CASES = {
     "fp16_split_block_mha": {"lens": [200, 129], "hq": 4, "hkv": 4, "d": 256, "bs": 128},
     "bf16_split_block_split_kv": {"lens": [900, 260], "hq": 4, "hkv": 2, "d": 256, "bs": 256, "dtype": "bf16",
                                   "strategy": "split_kv"},
-    "fp16_d80_bs256": {"lens": [600, 255], "hq": 6, "hkv": 3, "d": 80, "bs": 256},
+    "fp16_d80_bs256": {"lens": [600, 255], "hq": 6, "hkv": 3, "d": 80, "bs": 256, "strategy": "bn"},
     "fp16_d32_bs512_split_kv": {"lens": [1500, 3, 511], "hq": 4, "hkv": 2, "d": 32, "bs": 512},
     "fp16_d208_bs64_mqa": {"lens": [300, 129], "hq": 4, "hkv": 1, "d": 208, "bs": 64},
     "fp16_mqa_64_heads": {"lens": [700, 90], "hq": 64, "hkv": 1, "bs": 64},
@@ -176,16 +176,24 @@ ACCURACY_CASES = {
     # (reversed gather map) the empty sequence while a task's second unit is pending: the vectors retire that
     # task before writing the zero rows; a one-unit task between tasks in the second case
     "fp16_one_core_task_boundaries": {"lens": [1200, 700, 0], "cores": 1, "reverse_gather": True},
-    # a ragged BN grid over two rounds of cores (8 sequences, 4 cores, one task each): the snake gather order
-    "fp16_ragged_bn_snake_order": {"lens": [700, 33, 1200, 16, 513, 90, 300, 2000], "cores": 4, "strategy": "bn"},
+    # ragged batches (planner departure 10): a BN grid over two rounds of cores in the balanced gather order;
+    # the split-KV grid of the widest whole-group tasks that replaces a BN grid on 24 cores (GQA) and on 8
+    # (MHA, 16 KV heads per task: two K/V chunks per page)
+    "fp16_ragged_bn_balanced_order": {"lens": [700, 33, 1200, 16, 513, 90, 300, 2000], "cores": 4,
+                                      "strategy": "bn"},
+    "fp16_ragged_balanced_split_kv_24_cores": {
+        "lens": [88, 2806, 84, 991, 1518, 123, 158, 112, 28, 196, 56, 61, 42, 44, 1132, 146, 61, 352, 378, 472,
+                 1886, 35, 111, 70, 17, 41, 126, 125, 403, 170, 384, 51], "hq": 32, "hkv": 8, "cores": 24},
+    "bf16_ragged_mha_wide_split_kv": {"lens": [780, 791, 192, 63, 20, 101, 114, 19, 20, 1992, 373, 49], "hq": 16,
+                                      "hkv": 16, "d": 64, "bs": 64, "cores": 8, "dtype": "bf16"},
     # hand-offs longer than 512 tokens (ABI v2 word 42): the vectors take a unit in 512-column pieces, twice;
     # the cube loads P in 512-column windows; ragged last windows; the chunk and the head path; a hand-off
     # longer than every task (one unit per task)
-    "fp16_handoff_1024": {"lens": [1300, 3000, 5], "cores": 2, "handoff": 1024},
+    "fp16_handoff_1024": {"lens": [1300, 3000, 5], "cores": 2, "handoff": 1024, "strategy": "bn"},
     "bf16_handoff_2048_split_kv": {"lens": [5000, 0, 2100], "dtype": "bf16", "cores": 4, "strategy": "split_kv",
                                    "handoff": 2048},
     "fp16_handoff_whole_head_path": {"lens": [2500, 700], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2,
-                                     "handoff": 4096},
+                                     "handoff": 4096, "strategy": "bn"},
     "bf16_one_core_task_boundaries_split_kv": {"lens": [1200, 0, 2100, 5], "cores": 1, "dtype": "bf16",
                                                "strategy": "split_kv"},
 }

@@ -347,39 +347,3 @@ def test_batch_invariant_pins_the_handoff() -> None:
     assert _plan_with_handoff(None, batch_invariant=True).handoff_tokens == abi.DEFAULT_HANDOFF_TOKENS
     with pytest.raises(ValueError, match="pins the hand-off"):
         _plan_with_handoff(1024, batch_invariant=True)
-
-
-# ---- departure 10: the snake gather order of a ragged BN grid ------------------------------------------------
-
-
-def _core_loads(plan: PagedAttentionPlan) -> list[int]:
-    loads = [0] * plan.block_dim
-    for task in enumerate_tasks(plan.tiling, plan.block_dim):
-        loads[task.core] += task.token_count
-    return loads
-
-
-def test_ragged_bn_grid_balances_the_cores() -> None:
-    """64 ragged sequences on 24 cores, one task each: the snake order leaves the most loaded core far below
-    ATB's ascending order (whose last round gives 16 cores the 16 longest sequences on top of the rest)."""
-    lens = np.random.default_rng(5).integers(16, 4096, 64)
-    plan = plan_paged_attention(lens, num_heads=32, num_kv_heads=8, head_dim=128, block_size=128, max_pages=32,
-                                num_blocks=4096, scale=0.1, core_count=24)
-    assert plan.strategy == "bn" and plan.split.tail_batch == 0 and plan.split.former_head == 32
-    gather = [field(plan, p, abi.BatchField.GATHER) for p in range(plan.batch)]
-    assert gather != list(np.argsort(lens, kind="stable")), "the snake order applies"
-    assert gather_problems(plan) == [] and coverage_problems(plan) == []
-    snake = _core_loads(plan)
-    ascending = [0] * 24
-    for position, slot in enumerate(np.argsort(lens, kind="stable")):
-        ascending[position % 24] += int(lens[slot])
-    assert max(snake) < 0.85 * max(ascending), (max(snake), max(ascending))
-    assert sum(snake) == sum(ascending) == int(lens.sum())
-
-
-def test_uniform_and_one_round_grids_keep_the_ascending_order() -> None:
-    for lens in (np.full(64, 2048), np.arange(1, 21) * 100):  # equal lengths; 20 sequences on 24 cores
-        plan = plan_paged_attention(lens, num_heads=32, num_kv_heads=8, head_dim=128, block_size=128,
-                                    max_pages=16, num_blocks=4096, scale=0.1, core_count=24)
-        gather = [field(plan, p, abi.BatchField.GATHER) for p in range(plan.batch)]
-        assert gather == list(np.argsort(lens, kind="stable"))

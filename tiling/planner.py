@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling import abi
+from tiling.balance import balance_ragged
 from tiling.invariant import invariant_tile, split_invariant
 from tiling.splits import STRATEGIES, CoreSplit, Strategy, choose_tile, headnum_move, split_cores
 from tiling.workspace import WorkspaceSizes, workspace_sizes
@@ -174,20 +175,9 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         words[word] = value
 
 
-def gather_order(lens: np.ndarray, split: CoreSplit, num_heads: int) -> np.ndarray:
-    """Schedule position -> slot: ATB's stable ascending sort of the lengths, except (departure 10) a ragged BN
-    grid of one task per sequence over several rounds of cores, which gets a snake order of the descending
-    lengths (round 0 gives cores 0, 1, ... the longest sequences, round 1 gives them back in reverse, ...), so
-    every core's sum of lengths comes out about equal: core c runs positions c, c + block_dim, ... (the task
-    loop), and the ascending order gives the cores of the last round the longest sequences of all."""
-    ascending = np.argsort(lens, kind="stable").astype(np.int64)
-    cores = split.block_dim
-    one_task_per_sequence = split.former_head >= num_heads and split.kv_core_num == 1 and split.tail_batch == 0
-    if split.strategy != "bn" or not one_task_per_sequence or lens.size <= cores or np.unique(lens).size == 1:
-        return ascending
-    descending = ascending[::-1]
-    rounds = [descending[start:start + cores] for start in range(0, lens.size, cores)]
-    return np.concatenate([r if i % 2 == 0 else r[::-1] for i, r in enumerate(rounds)]).astype(np.int64)
+def gather_order(lens: np.ndarray) -> np.ndarray:
+    """Schedule position -> slot: ATB's stable ascending sort of the lengths."""
+    return np.argsort(lens, kind="stable").astype(np.int64)
 
 
 def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
@@ -278,6 +268,11 @@ def plan_paged_attention(
     else:
         tile = choose_tile(block_size, head_dim)
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
+    gather = gather_order(lens)
+    if lens.min() != lens.max():  # departure 10; a pinned grid (forced, batch-invariant) only gets the order
+        split, gather = balance_ragged(
+            split, lens, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
+            head_dim=head_dim, core_count=core_count, grid_fixed=batch_invariant or strategy != "auto")
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
     handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
     stage = max_task_heads(split) * handoff if handoff else 0
@@ -288,7 +283,7 @@ def plan_paged_attention(
         max_kv=max_kv, tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
-                  kv_core_num=split.kv_core_num, gather=gather_order(lens, split, num_heads))
+                  kv_core_num=split.kv_core_num, gather=gather)
     words.setflags(write=False)
     sizes = workspace_sizes(
         block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),

@@ -1,0 +1,126 @@
+"""Departure 10: ragged batches get a balanced gather order and, where one sequence outweighs a core's share, a
+split-KV grid (tiling/balance.py).
+
+The work per core is checked against ``tiling.enumerate_tasks``, which walks the tiling words the way the
+kernel does, so the balancer's own model of the task loop cannot drift from the loop.  Each balancing claim
+is checked against what the planner would launch without it (the negative control: the same assertion fails
+on that plan).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_tiling_planner import coverage_problems, field, gather_problems
+
+from tiling import PagedAttentionPlan, abi, balance, enumerate_tasks, planner
+from tiling.splits import split_cores
+
+GQA = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 128}
+#: 64 ragged sequences on 24 cores: in ATB's BN grid one task each, in ascending order over three rounds.
+RAGGED_64 = np.random.default_rng(5).integers(16, 4096, 64)
+#: 64 lengths log-uniform in [16, 4096]: the longest alone holds more tokens than a core's share.
+LOG_RAGGED_64 = np.exp(np.random.default_rng(5).uniform(np.log(16), np.log(4096), 64)).astype(np.int64)
+
+
+def plan(lens: np.ndarray, **kw: object) -> PagedAttentionPlan:
+    shape = {**GQA, **kw}
+    pages = max(1, -(-int(lens.max()) // int(shape["block_size"])))  # type: ignore[call-overload]
+    return planner.plan_paged_attention(lens, max_pages=pages, num_blocks=4096, scale=0.1, **shape)  # type: ignore[arg-type]
+
+
+def unbalanced(lens: np.ndarray, monkeypatch: pytest.MonkeyPatch, **kw: object) -> PagedAttentionPlan:
+    """The plan without departure 10: the split rules' grid in ATB's ascending order."""
+    with monkeypatch.context() as m:
+        m.setattr(planner, "balance_ragged", lambda split, lens, ascending, **_: (split, ascending))
+        return plan(lens, **kw)
+
+
+def core_loads(p: PagedAttentionPlan) -> np.ndarray:
+    """KV-head tokens per core, from the task list the tiling words describe."""
+    loads = np.zeros(p.block_dim)
+    group = p.num_heads // p.num_kv_heads
+    for task in enumerate_tasks(p.tiling, p.block_dim):
+        loads[task.core] += task.token_count * task.head_count / group
+    return loads
+
+
+def gather_of(p: PagedAttentionPlan) -> np.ndarray:
+    return np.array([field(p, q, abi.BatchField.GATHER) for q in range(p.batch)])
+
+
+@pytest.mark.parametrize(("lens", "kw"), [
+    (RAGGED_64, {}),
+    (RAGGED_64, {"strategy": "bn"}),
+    (np.random.default_rng(7).integers(1, 300, 32), {"core_count": 24, "strategy": "bn"}),  # a tail pass
+    (np.array([700, 33, 1200, 16, 513, 90, 300, 2000]), {"core_count": 4, "strategy": "split_kv"}),
+    (np.array([5000, 0, 2100, 7, 64]), {"num_heads": 64, "num_kv_heads": 4, "core_count": 7}),
+])
+def test_balancer_work_is_what_the_task_loop_puts_on_each_core(lens: np.ndarray, kw: dict[str, object],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(balance, "TASK_OVERHEAD", 0)
+    monkeypatch.setattr(balance, "PARTIAL_OVERHEAD", 0)
+    p = plan(lens, **kw)
+    shape = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "block_size": p.block_size}
+    for gather in (gather_of(p), np.argsort(lens, kind="stable"), np.arange(lens.size)[::-1]):
+        np.testing.assert_allclose(balance.core_work(p.split, lens, gather, **shape),
+                                   core_loads(_with_gather(p, gather)))
+    order, work = balance.balanced_gather(p.split, lens, **shape)
+    np.testing.assert_allclose(work, balance.core_work(p.split, lens, order, **shape))
+
+
+def _with_gather(p: PagedAttentionPlan, gather: np.ndarray) -> PagedAttentionPlan:
+    tiling = p.tiling.copy()
+    for position, slot in enumerate(gather):
+        tiling[abi.batch_word(position, abi.BatchField.GATHER)] = slot
+    return PagedAttentionPlan(**{**p.__dict__, "tiling": tiling})
+
+
+def test_a_ragged_batch_gets_a_split_kv_grid_and_balanced_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 ragged sequences: the longest alone outweighs a core's share, so KV ranges of whole-group tasks
+    replace whole-sequence tasks, and the most loaded core does far less than in ATB's plan."""
+    assert LOG_RAGGED_64.max() > LOG_RAGGED_64.sum() / 24
+    balanced, before = plan(LOG_RAGGED_64), unbalanced(LOG_RAGGED_64, monkeypatch)
+    assert before.strategy == "bn" and balanced.strategy == "split_kv"
+    assert balanced.split.former_head == balance.widest_whole_groups(32, 8) == 32
+    assert coverage_problems(balanced) == [] and gather_problems(balanced) == []
+    new, old = core_loads(balanced), core_loads(before)
+    assert new.sum() == pytest.approx(old.sum())
+    assert new.max() < 0.6 * old.max(), (new.max(), old.max())
+    assert new.max() < 1.2 * new.mean(), (new.max(), new.mean())
+
+
+@pytest.mark.parametrize(("kw", "gain"), [
+    ({}, 0.75), ({"strategy": "bn"}, 0.75), ({"strategy": "split_kv"}, 0.9),
+    # 8 head chunks x 2 splits per position: positions start on every 8th core only, so order alone moves
+    # little; what it must not do is load a core more
+    ({"batch_invariant": True}, 1.0),
+])
+def test_a_pinned_grid_keeps_its_grid_and_gets_the_balanced_order(kw: dict[str, object], gain: float,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    balanced, before = plan(RAGGED_64, **kw), unbalanced(RAGGED_64, monkeypatch, **kw)
+    assert balanced.split == before.split
+    assert coverage_problems(balanced) == [] and gather_problems(balanced) == []
+    assert not np.array_equal(gather_of(balanced), gather_of(before))
+    assert core_loads(balanced).max() <= gain * core_loads(before).max(), (core_loads(balanced).max(),
+                                                                            core_loads(before).max())
+
+
+@pytest.mark.parametrize("lens", [np.full(64, 2048), np.arange(2000, 2024), np.array([0, 0, 0])])
+def test_uniform_or_near_uniform_batches_keep_the_plan(lens: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal lengths skip the balancer; a plan whose most loaded core is within the gain threshold of the mean
+    (24 sequences of 2000-2023 tokens, one round) keeps ATB's plan."""
+    a, b = plan(lens), unbalanced(lens, monkeypatch)
+    assert a.split == b.split
+    np.testing.assert_array_equal(a.tiling, b.tiling)
+
+
+def test_balanced_gather_never_loads_a_core_more_than_the_ascending_order() -> None:
+    rng = np.random.default_rng(11)
+    shape = {"num_heads": 32, "num_kv_heads": 8, "block_size": 128}
+    for _ in range(20):
+        lens = rng.integers(0, 6000, int(rng.integers(2, 90)))
+        split = split_cores(lens.size, 32, 8, int(lens.max()), 128, 128, 24, "auto")
+        _, work = balance.balanced_gather(split, lens, **shape)
+        ascending = balance.core_work(split, lens, np.argsort(lens, kind="stable"), **shape)
+        assert work.max() <= ascending.max() * 1.0001

@@ -1,0 +1,219 @@
+"""Departure 10: balanced cores for ragged batches, by the gather map and, where needed, a split-KV grid.
+
+The kernel's task loop is static (docs/CONTRACT.md, "Task loop"): core ``c`` runs processes ``c, c + bd, ...``
+of the former pass, then restarts at ``c`` for the tail pass.  A schedule position's processes therefore land
+on a fixed run of cores: position ``p`` of a former pass with ``P = head chunks x kvCN`` processes per
+position starts at core ``(p * P) mod bd``, and each of its processes adds the work of its (head chunk, split)
+to the core it lands on.  Which sequence sits at which position is the planner's choice (the gather map), and
+it changes no task's arithmetic, only which core runs it.
+
+* :func:`balanced_gather` places the sequences longest first, each at the free position whose cores end
+  lowest (a longest-processing-time rule with the loop's fixed positions as bins), where ATB's ascending
+  order gives the cores of the last round the longest sequences of all.
+* :func:`balance_ragged` also tries split-KV grids of the widest whole-group tasks when the order alone
+  leaves a core :data:`MIN_GAIN` above the mean: a whole-sequence task longer than a core's share cannot be
+  balanced, its KV ranges can.  A candidate replaces the grid only if its most loaded core does
+  :data:`MIN_GAIN` less work, each range paying :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`.
+
+Work is counted in KV-head tokens (one token of one KV head's K and V rows).  It ranks placements and grids;
+the timing model (kernel/npu/PERFORMANCE.md, change 6) is what says the result is faster.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from tiling import abi
+from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_grid, round_up
+
+#: Work a task costs besides its tokens, in KV-head tokens per KV head it holds (its Q load, the first
+#: hand-off's fill of the cube and vector pipes, its output or partial row).
+TASK_OVERHEAD = 64
+#: Work of one split's partial in the combine, in KV-head tokens per KV head (a partial row written and read
+#: again, its weight): the price of cutting a sequence into one more range.
+PARTIAL_OVERHEAD = 16
+#: A grid other than the one planned by the split rules is taken only if its most loaded core does this
+#: fraction less work: the proxy ranks grids, it does not time them.
+MIN_GAIN = 0.10
+#: Ends are whole KV-head tokens; a tie between two starts goes to the lower position (below this scale).
+TIE_SCALE = float(1 << 20)
+#: Split-KV grids tried per plan (each costs the host a greedy placement).
+MAX_CANDIDATES = 1
+
+
+def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int, kv_split: int, kvcn: int,
+               block_size: int, cores: int) -> np.ndarray:
+    """Work per core of each sequence's processes when its position's first process lands on core 0.
+
+    Processes run head chunk major, split minor (the task loop); splits past a sequence's length are empty.
+    """
+    chunks = ceil_div(num_heads, head_split)
+    aligned = -(-lens // block_size) * block_size
+    splits = -(-aligned // kv_split)  # per sequence; 0 for an empty one
+    index = np.arange(kvcn)
+    tokens = np.where(index[None, :] < splits[:, None] - 1, kv_split,
+                      np.where(index[None, :] == splits[:, None] - 1, lens[:, None] - index[None, :] * kv_split, 0))
+    overhead = TASK_OVERHEAD + (PARTIAL_OVERHEAD if kvcn > 1 else 0)
+    per_split = np.where(tokens > 0, tokens + overhead, 0).astype(np.float64)
+    kv_heads = np.minimum(head_split, num_heads - np.arange(chunks) * head_split) / group
+    work = (kv_heads[None, :, None] * per_split[:, None, :]).reshape(lens.size, chunks * kvcn)
+    width = ceil_div(work.shape[1], cores) * cores
+    padded = np.zeros((lens.size, width))
+    padded[:, :work.shape[1]] = work
+    return padded.reshape(lens.size, width // cores, cores).sum(axis=1)
+
+
+class _Passes:
+    """A grid's positions: which pass each is in, the core its first process lands on, and every sequence's
+    work per core in either pass."""
+
+    def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, group: int, block_size: int) -> None:
+        cores = split.block_dim
+        former_p = ceil_div(num_heads, split.former_head) * split.kv_core_num
+        tail_p = ceil_div(num_heads, split.tail_head) if split.tail_batch else 0
+        positions = np.arange(lens.size)
+        self.is_tail = positions >= split.former_batch
+        self.base = np.where(self.is_tail, (positions - split.former_batch) * tail_p, positions * former_p) % cores
+        common = {"num_heads": num_heads, "group": group, "block_size": block_size, "cores": cores}
+        self.former = _pass_work(lens, head_split=split.former_head, kv_split=split.kv_split_tokens,
+                                 kvcn=split.kv_core_num, **common)
+        self.tail = _pass_work(lens, head_split=split.tail_head, kv_split=split.kv_split_tokens, kvcn=1,
+                               **common) if split.tail_batch else self.former
+
+
+def core_work(split: CoreSplit, lens: np.ndarray, gather: np.ndarray, *, num_heads: int, num_kv_heads: int,
+              block_size: int) -> np.ndarray:
+    """Work per core (KV-head tokens) of a grid and gather map, as the task loop distributes it."""
+    cores = split.block_dim
+    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    work = np.where(passes.is_tail[:, None], passes.tail[gather], passes.former[gather])
+    target = (passes.base[:, None] + np.arange(cores)[None, :]) % cores
+    return np.bincount(target.reshape(-1), weights=work.reshape(-1), minlength=cores)
+
+
+def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
+                    block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Schedule position -> slot, longest sequence first onto the free position whose cores end lowest; and
+    the work per core that leaves (what :func:`core_work` gives for it).
+
+    "End lowest": the most loaded of the cores the sequence's tasks land on, after adding them; ties go to the
+    lowest position, so equal lengths keep a deterministic order.  The tail pass (finer head chunks) keeps the
+    longest ``tail_batch`` sequences, as the split rules meant it.  A sequence of one task only needs the
+    least loaded free start (a heap: the classic longest-processing-time rule); one of several tasks is
+    tried at every free start at once.
+    """
+    cores = split.block_dim
+    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    # pass, start -> its free positions, lowest first; firsts: the lowest (inf: none left)
+    free: list[list[list[int]]] = [[[] for _ in range(cores)] for _ in range(2)]
+    for position, (tail, base) in enumerate(zip(passes.is_tail.tolist(), passes.base.tolist(), strict=True)):
+        free[tail][base].append(position)
+    firsts = [np.array([q[0] if q else np.inf for q in queues], dtype=np.float64) for queues in free]
+    order = np.argsort(-lens, kind="stable")
+    work = np.where((np.arange(lens.size) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
+    single = ((work[:, 1:] == 0).all(axis=1)).tolist()  # at most one task, on the core the position starts at
+    landed = np.where(work > 0, work, -np.inf)  # cores a sequence does not land on never set its end
+    cores_idx = np.arange(cores)
+    at_start = (cores_idx[None, :] + cores_idx[:, None]) % cores  # row b: the cores from start b on
+    from_start = (cores_idx[None, :] - cores_idx[:, None]) % cores  # row b: offset of each core from start b
+    first_work = work[:, 0].tolist()
+    load = [0.0] * cores
+    gather = [0] * lens.size
+    heaps: list[list[tuple[float, float, int]] | None] = [None, None]
+    for rank, slot in enumerate(order.tolist()):
+        tail = int(rank < split.tail_batch)
+        if single[rank]:
+            heap = heaps[tail]
+            if heap is None:  # from here on this pass places single tasks: the least loaded free start wins
+                heap = heaps[tail] = [(load[b], f, b) for b, f in enumerate(firsts[tail].tolist()) if f < math.inf]
+                heapq.heapify(heap)
+            while heap[0][0] != load[heap[0][2]]:  # stale: its core took work since (loads only grow)
+                _, first, base = heapq.heappop(heap)
+                heapq.heappush(heap, (load[base], first, base))
+            base = heapq.heappop(heap)[2]
+            load[base] += first_work[rank]
+        else:
+            current = np.array(load)
+            ends = (current[at_start] + landed[rank]).max(axis=1)
+            base = int(np.argmin(ends * TIE_SCALE + firsts[tail]))
+            load = (current + work[rank][from_start[base]]).tolist()
+        queue = free[tail][base]
+        gather[queue.pop(0)] = slot
+        firsts[tail][base] = queue[0] if queue else math.inf
+        if queue and heaps[tail] is not None:
+            heapq.heappush(heaps[tail], (load[base], float(queue[0]), base))
+    return np.array(gather, dtype=np.int64), np.array(load)
+
+
+def widest_whole_groups(num_heads: int, num_kv_heads: int) -> int:
+    """Query heads of the widest task that holds whole KV groups (at most ``HEAD_SPLIT_LIMIT``, or one group
+    where a group alone is wider): the longest K/V bursts and the fewest Q loads."""
+    group = num_heads // num_kv_heads
+    if group >= abi.HEAD_SPLIT_LIMIT:
+        return abi.HEAD_SPLIT_LIMIT
+    return min(num_heads, abi.HEAD_SPLIT_LIMIT) // group * group
+
+
+def _split_kv_candidates(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
+                         head_dim: int, block_size: int, core_count: int) -> list[CoreSplit]:
+    """At most :data:`MAX_CANDIDATES` split-KV grids of the widest whole-group tasks.
+
+    A position's processes start ``chunks x kvCN`` cores after the previous position's, so only the counts
+    that let a position start on the most cores are kept (coprime with the launched cores, where one is).
+    They are ranked by an estimate of the most loaded core after :func:`balanced_gather`: the mean work per
+    core (every range pays :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`) plus half a range, the excess a
+    longest-first placement typically leaves; fewer ranges first among equals.
+    """
+    group = num_heads // num_kv_heads
+    kv_align = round_up(int(lens.max()), block_size)
+    pages = kv_align // block_size
+    head_split = widest_whole_groups(num_heads, num_kv_heads)
+    chunks = ceil_div(num_heads, head_split)
+    aligned = -(-lens // block_size) * block_size
+    ranked: list[tuple[int, float, int, CoreSplit]] = []
+    for kvcn in range(2, combine_split_limit(head_dim) + 1):
+        kv_split = ceil_div(pages, kvcn) * block_size
+        if abi.kv_splits(kv_align, block_size, kv_split) != kvcn:
+            continue
+        if (kv_split, head_split) == (split.kv_split_tokens, split.former_head):
+            continue
+        grid = one_pass_grid(lens.size, num_heads, num_kv_heads, head_split, kv_split, kvcn, core_count)
+        ranges = int((-(-aligned // kv_split)).sum())
+        total = (float(lens.sum()) + ranges * (TASK_OVERHEAD + PARTIAL_OVERHEAD)) * num_heads / group
+        one_range = (kv_split + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split / group
+        estimate = max(total / grid.block_dim + one_range / 2, one_range)
+        ranked.append((math.gcd(chunks * kvcn, grid.block_dim), estimate, kvcn, grid))
+    if not ranked:
+        return []
+    reach = min(r[0] for r in ranked)
+    return [r[3] for r in sorted(r for r in ranked if r[0] == reach)[:MAX_CANDIDATES]]
+
+
+def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *, num_heads: int,
+                   num_kv_heads: int, block_size: int, head_dim: int, core_count: int,
+                   grid_fixed: bool = False) -> tuple[CoreSplit, np.ndarray]:
+    """The grid and gather map of a ragged batch.
+
+    The given grid keeps the ``ascending`` gather map while its most loaded core does at most :data:`MIN_GAIN`
+    more than the mean, else the balanced map if that leaves the most loaded core less work.  Unless
+    ``grid_fixed``, one split-KV grid then replaces it if its most loaded core does :data:`MIN_GAIN` less work.
+    """
+    kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
+    work = core_work(split, lens, ascending, **kw)
+    if work.max() <= (1.0 + MIN_GAIN) * work.mean():
+        return split, ascending
+    best, best_end = (split, ascending), work.max()
+    gather, work = balanced_gather(split, lens, **kw)
+    if work.max() < best_end:
+        best, best_end = (split, gather), work.max()
+    if grid_fixed or best_end <= (1.0 + MIN_GAIN) * work.mean():
+        return best
+    target = (1.0 - MIN_GAIN) * best_end
+    for grid in _split_kv_candidates(split, lens, head_dim=head_dim, core_count=core_count, **kw):
+        gather, work = balanced_gather(grid, lens, **kw)
+        if work.max() <= target:
+            best, target = (grid, gather), work.max()
+    return best
