@@ -65,6 +65,8 @@ class BenchRecord:
     plan: str | None = None
     #: Host µs per launch of this shape's runner path into ``call_kernel_noop`` (pa-kit rows only).
     host_launch_us: float | None = None
+    #: Host µs per ``runner.update(lens)`` with this shape's lengths: the per-decode-step re-plan (pa-kit rows).
+    host_update_us: float | None = None
     #: Per-launch counters a backend reports (the simulation: bytes moved, hand-offs, on-chip use).
     device_figures: dict[str, Any] | None = None
     #: ``--predict``: the timing model's predicted NPU µs of this launch (a prediction, not a measurement).
@@ -166,7 +168,7 @@ LEGEND = (
     "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
     "float64 golden|; an implementation outside the tolerance is reported, not timed. plan: strategy, launched "
     "cores (bd), KV splits per sequence (kvCN), tiling key, host µs per launch of the runner path without the "
-    "kernel."
+    "kernel, host µs per runner.update() with the shape's lengths (the per-step re-plan)."
 )
 
 
@@ -181,6 +183,8 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
         if r.host_launch_us is not None:
             digits = 2 if r.host_launch_us < 10 else 0
             note += f", host {r.host_launch_us:.{digits}f} µs"
+        if r.host_update_us is not None:
+            note += f", update {r.host_update_us:.0f} µs"
         if r.status != STATUS_OK:
             note = f"{r.status}; {note}" if note else r.status
         rows.append([

@@ -40,6 +40,8 @@ PROBE_CONTEXT = 512
 #: Calls and repeats of the per-shape launch-path probe (fewer than the header's: it runs once per shape).
 SHAPE_PROBE_CALLS = 200
 SHAPE_PROBE_REPEATS = 3
+#: runner.update() calls per repeat (a re-plan costs about a millisecond for a ragged batch of 64)
+UPDATE_PROBE_CALLS = 20
 Launch = Callable[[], torch.Tensor]
 
 
@@ -232,7 +234,8 @@ class Suite:
             return replace(record, status=STATUS_INACCURATE)
         figures = self._device_figures(runner, traffic)  # of the accuracy launch: before any other launch
         if name == PA_KIT:
-            record = replace(record, host_launch_us=self._host_launch_us(case))
+            launch_us, update_us = self._host_probes(case)
+            record = replace(record, host_launch_us=launch_us, host_update_us=update_us)
         stats = self.timer.measure(launch)
         tb_s = bytes_model.tb_per_s(traffic.total_bytes, stats.center_ms)
         record = replace(
@@ -246,13 +249,19 @@ class Suite:
                  f"  ({stats.samples} launches)")
         return record
 
-    def _host_launch_us(self, case: BenchCase) -> float | None:
-        """This shape's runner path into ``call_kernel_noop`` (split-KV plans also zero their partials)."""
+    def _host_probes(self, case: BenchCase) -> tuple[float | None, float | None]:
+        """Host µs of this shape's runner path into ``call_kernel_noop`` (split-KV plans also zero their
+        partials), and of one decode step's ``runner.update`` with its lengths (plan, tiling upload, workspace
+        reuse): both on a runner of their own."""
         try:
             runner = make_runner(case, self.options, checked=False, backend=noop_backend(self.options.backend))
         except (RuntimeError, OSError, ValueError):
-            return None
-        return host_us_per_call(runner, calls=SHAPE_PROBE_CALLS, repeats=SHAPE_PROBE_REPEATS)
+            return None, None
+        launch_us = host_us_per_call(runner, calls=SHAPE_PROBE_CALLS, repeats=SHAPE_PROBE_REPEATS)
+        lens = case.context_lens
+        update_us = host_us_per_call(lambda: runner.update(lens), calls=UPDATE_PROBE_CALLS,
+                                     repeats=SHAPE_PROBE_REPEATS)
+        return launch_us, update_us
 
     def _device_figures(self, runner: Any, traffic: bytes_model.TrafficModel) -> dict[str, Any] | None:
         """Per-launch counters of the last launch: the simulation's, or a runner's own ``launch_figures()``."""

@@ -386,7 +386,8 @@ def test_script_end_to_end_on_the_mock(tmp_path: Path) -> None:
     assert saved.device.backend == "mock" and saved.device.peak_gb_per_s
     assert {r.implementation for r in saved.records} >= {"pa-kit", "pa-kit checked", "torch-dense"}
     assert all(r.ok for r in saved.records), [r.status for r in saved.records]
-    assert all(r.host_launch_us is not None for r in saved.records if r.implementation == "pa-kit")
+    assert all(r.host_launch_us is not None and r.host_update_us is not None
+               for r in saved.records if r.implementation == "pa-kit")
     gate = subprocess.run([*command[:-3], "--baselines", "none", "--compare", str(out), "--tolerance", "100000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert gate.returncode == 0, gate.stdout + gate.stderr

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from tiling import abi
-from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_grid, round_up
+from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_grid
 
 #: Work a task costs besides its tokens, in KV-head tokens per KV head it holds (its Q load, the first
 #: hand-off's fill of the cube and vector pipes, its output or partial row).
@@ -38,8 +38,8 @@ PARTIAL_OVERHEAD = 16
 #: A grid other than the one planned by the split rules is taken only if its most loaded core does this
 #: fraction less work: the proxy ranks grids, it does not time them.
 MIN_GAIN = 0.10
-#: Ends are whole KV-head tokens; a tie between two starts goes to the lower position (below this scale).
-TIE_SCALE = float(1 << 20)
+#: Ends are whole KV-head tokens; a tie between two starts goes to the lower position, added at this scale.
+TIE_SCALE = 1.0 / (1 << 20)
 #: Split-KV grids tried per plan (each costs the host a greedy placement).
 MAX_CANDIDATES = 1
 
@@ -114,38 +114,41 @@ def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_k
     firsts = [np.array([q[0] if q else np.inf for q in queues], dtype=np.float64) for queues in free]
     order = np.argsort(-lens, kind="stable")
     work = np.where((np.arange(lens.size) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
-    single = ((work[:, 1:] == 0).all(axis=1)).tolist()  # at most one task, on the core the position starts at
-    landed = np.where(work > 0, work, -np.inf)  # cores a sequence does not land on never set its end
+    single = (work[:, 1:] == 0).all(axis=1)  # at most one task, on the core the position starts at
     cores_idx = np.arange(cores)
-    at_start = (cores_idx[None, :] + cores_idx[:, None]) % cores  # row b: the cores from start b on
-    from_start = (cores_idx[None, :] - cores_idx[:, None]) % cores  # row b: offset of each core from start b
+    from_start = (cores_idx[None, :] - cores_idx[:, None]) % cores  # [b, i]: offset of core i from start b
+    multi = np.flatnonzero(~single)
+    placed = work[multi][:, from_start]  # [sequence, b, i]: its work on core i when it starts at b
+    reach = np.where(placed > 0, placed, -np.inf)  # a core it does not land on never sets its end
+    row_of = dict(zip(multi.tolist(), range(multi.size), strict=True))
     first_work = work[:, 0].tolist()
-    load = [0.0] * cores
+    load = np.zeros(cores)
     gather = [0] * lens.size
     heaps: list[list[tuple[float, float, int]] | None] = [None, None]
     for rank, slot in enumerate(order.tolist()):
         tail = int(rank < split.tail_batch)
-        if single[rank]:
+        if rank not in row_of:
             heap = heaps[tail]
             if heap is None:  # from here on this pass places single tasks: the least loaded free start wins
-                heap = heaps[tail] = [(load[b], f, b) for b, f in enumerate(firsts[tail].tolist()) if f < math.inf]
+                heap = heaps[tail] = [(float(load[b]), f, b) for b, f in enumerate(firsts[tail].tolist())
+                                      if f < math.inf]
                 heapq.heapify(heap)
             while heap[0][0] != load[heap[0][2]]:  # stale: its core took work since (loads only grow)
                 _, first, base = heapq.heappop(heap)
-                heapq.heappush(heap, (load[base], first, base))
+                heapq.heappush(heap, (float(load[base]), first, base))
             base = heapq.heappop(heap)[2]
             load[base] += first_work[rank]
         else:
-            current = np.array(load)
-            ends = (current[at_start] + landed[rank]).max(axis=1)
-            base = int(np.argmin(ends * TIE_SCALE + firsts[tail]))
-            load = (current + work[rank][from_start[base]]).tolist()
+            row = row_of[rank]
+            # ends are whole KV-head tokens: the position, scaled below one, breaks ties
+            base = int(np.argmin((load + reach[row]).max(axis=1) + firsts[tail] * TIE_SCALE))
+            load += placed[row, base]
         queue = free[tail][base]
         gather[queue.pop(0)] = slot
         firsts[tail][base] = queue[0] if queue else math.inf
         if queue and heaps[tail] is not None:
-            heapq.heappush(heaps[tail], (load[base], float(queue[0]), base))
-    return np.array(gather, dtype=np.int64), np.array(load)
+            heapq.heappush(heaps[tail], (float(load[base]), float(queue[0]), base))
+    return np.array(gather, dtype=np.int64), load
 
 
 def widest_whole_groups(num_heads: int, num_kv_heads: int) -> int:
@@ -157,39 +160,38 @@ def widest_whole_groups(num_heads: int, num_kv_heads: int) -> int:
     return min(num_heads, abi.HEAD_SPLIT_LIMIT) // group * group
 
 
-def _split_kv_candidates(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
-                         head_dim: int, block_size: int, core_count: int) -> list[CoreSplit]:
-    """At most :data:`MAX_CANDIDATES` split-KV grids of the widest whole-group tasks.
+def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
+                       head_dim: int, block_size: int, core_count: int) -> CoreSplit | None:
+    """The split-KV grid of the widest whole-group tasks to try against ``split``, or None.
 
     A position's processes start ``chunks x kvCN`` cores after the previous position's, so only the counts
-    that let a position start on the most cores are kept (coprime with the launched cores, where one is).
-    They are ranked by an estimate of the most loaded core after :func:`balanced_gather`: the mean work per
-    core (every range pays :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`) plus half a range, the excess a
-    longest-first placement typically leaves; fewer ranges first among equals.
+    that let a position start on the most cores compete (coprime with the launched cores, where one is).
+    Among those the grid with the lowest estimate of its most loaded core after :func:`balanced_gather`
+    wins: the mean work per core (every range pays :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`) plus
+    half a range, the excess a longest-first placement typically leaves; the fewest ranges among equals.
     """
     group = num_heads // num_kv_heads
-    kv_align = round_up(int(lens.max()), block_size)
-    pages = kv_align // block_size
+    pages = -(-int(lens.max()) // block_size)
     head_split = widest_whole_groups(num_heads, num_kv_heads)
     chunks = ceil_div(num_heads, head_split)
-    aligned = -(-lens // block_size) * block_size
-    ranked: list[tuple[int, float, int, CoreSplit]] = []
-    for kvcn in range(2, combine_split_limit(head_dim) + 1):
-        kv_split = ceil_div(pages, kvcn) * block_size
-        if abi.kv_splits(kv_align, block_size, kv_split) != kvcn:
-            continue
-        if (kv_split, head_split) == (split.kv_split_tokens, split.former_head):
-            continue
-        grid = one_pass_grid(lens.size, num_heads, num_kv_heads, head_split, kv_split, kvcn, core_count)
-        ranges = int((-(-aligned // kv_split)).sum())
-        total = (float(lens.sum()) + ranges * (TASK_OVERHEAD + PARTIAL_OVERHEAD)) * num_heads / group
-        one_range = (kv_split + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split / group
-        estimate = max(total / grid.block_dim + one_range / 2, one_range)
-        ranked.append((math.gcd(chunks * kvcn, grid.block_dim), estimate, kvcn, grid))
-    if not ranked:
-        return []
-    reach = min(r[0] for r in ranked)
-    return [r[3] for r in sorted(r for r in ranked if r[0] == reach)[:MAX_CANDIDATES]]
+    kvcn = np.arange(2, combine_split_limit(head_dim) + 1)
+    split_pages = -(-pages // kvcn)
+    valid = -(-pages // split_pages) == kvcn  # the longest sequence really runs kvcn ranges of that length
+    valid &= (split_pages * block_size != split.kv_split_tokens) | (head_split != split.former_head)
+    if not valid.any():
+        return None
+    kvcn, split_pages = kvcn[valid], split_pages[valid]
+    block_dim = np.minimum(chunks * lens.size * kvcn, core_count)
+    aligned_pages = -(-lens // block_size)
+    ranges = (-(-aligned_pages[None, :] // split_pages[:, None])).sum(axis=1)
+    per_range = TASK_OVERHEAD + PARTIAL_OVERHEAD
+    total = (float(lens.sum()) + ranges * per_range) * num_heads / group
+    one_range = (split_pages * block_size + per_range) * head_split / group
+    estimate = np.maximum(total / block_dim + one_range / 2, one_range)
+    reach = np.gcd(chunks * kvcn, block_dim)
+    best = int(np.lexsort((kvcn, estimate, reach))[0])
+    return one_pass_grid(lens.size, num_heads, num_kv_heads, head_split, int(split_pages[best]) * block_size,
+                         int(kvcn[best]), core_count)
 
 
 def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *, num_heads: int,
@@ -198,22 +200,38 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     """The grid and gather map of a ragged batch.
 
     The given grid keeps the ``ascending`` gather map while its most loaded core does at most :data:`MIN_GAIN`
-    more than the mean, else the balanced map if that leaves the most loaded core less work.  Unless
-    ``grid_fixed``, one split-KV grid then replaces it if its most loaded core does :data:`MIN_GAIN` less work.
+    more than the mean; else it takes the balanced map if that leaves the most loaded core less work.  Unless
+    ``grid_fixed``, the split-KV candidate then replaces the grid if its most loaded core does :data:`MIN_GAIN`
+    less work.  When one sequence's work on one core alone keeps the given grid :data:`MIN_GAIN` above its
+    mean, no order can balance it: the candidate is tried first, and the balanced order only if it loses.
     """
     kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
     work = core_work(split, lens, ascending, **kw)
-    if work.max() <= (1.0 + MIN_GAIN) * work.mean():
+    mean = work.mean()
+    if work.max() <= (1.0 + MIN_GAIN) * mean:
         return split, ascending
-    best, best_end = (split, ascending), work.max()
-    gather, work = balanced_gather(split, lens, **kw)
-    if work.max() < best_end:
-        best, best_end = (split, gather), work.max()
-    if grid_fixed or best_end <= (1.0 + MIN_GAIN) * work.mean():
+    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    bound = max(mean, float(passes.former.max(initial=0.0)), float(passes.tail.max(initial=0.0)))
+
+    def try_candidate() -> tuple[CoreSplit, np.ndarray, float] | None:
+        grid = None if grid_fixed else split_kv_candidate(split, lens, head_dim=head_dim, core_count=core_count,
+                                                          **kw)
+        if grid is None:
+            return None
+        gather, load = balanced_gather(grid, lens, **kw)
+        return grid, gather, float(load.max())
+
+    candidate = try_candidate() if bound > (1.0 + MIN_GAIN) * mean else None
+    if candidate is not None and candidate[2] <= (1.0 - MIN_GAIN) * bound:
+        return candidate[0], candidate[1]
+    best, best_end = (split, ascending), float(work.max())
+    gather, balanced = balanced_gather(split, lens, **kw)
+    if balanced.max() < best_end:
+        best, best_end = (split, gather), float(balanced.max())
+    if best_end <= (1.0 + MIN_GAIN) * mean:
         return best
-    target = (1.0 - MIN_GAIN) * best_end
-    for grid in _split_kv_candidates(split, lens, head_dim=head_dim, core_count=core_count, **kw):
-        gather, work = balanced_gather(grid, lens, **kw)
-        if work.max() <= target:
-            best, target = (grid, gather), work.max()
+    if candidate is None and bound <= (1.0 + MIN_GAIN) * mean:
+        candidate = try_candidate()
+    if candidate is not None and candidate[2] <= (1.0 - MIN_GAIN) * best_end:
+        return candidate[0], candidate[1]
     return best
