@@ -58,8 +58,8 @@ DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [37, 300], "hq": 4, "hkv": 2, "d": 256, "bs": 64, "cores": 1},
     {**BASE, "lens": [4100], "hq": 2, "hkv": 1, "d": 32, "bs": 16, "cores": 40, "strategy": "split_kv"},
     {**BASE, "lens": [40, 0], "hq": 4, "hkv": 2, "d": 64, "bs": 16, "cores": 1, "reverse_gather": True},
-    {**BASE, "lens": [1300, 90], "cores": 2, "handoff": 1024},
-    {**BASE, "lens": [1100, 77], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2, "handoff": 1024},
+    {**BASE, "lens": [1300, 90], "cores": 2, "handoff": 1024, "strategy": "bn"},
+    {**BASE, "lens": [1100, 77], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2, "handoff": 1024, "strategy": "bn"},
 ]
 
 

@@ -180,7 +180,7 @@ def test_a_simulated_launch_replays() -> None:
         costs = load_cost_tables()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4}
+    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4, "strategy": "bn"}
     lib = ctypes.CDLL(str(LIB))
     trace = tr.capture(lib, lambda: run_case(case), 4)
     kinds = set(trace.events["kind"].tolist())

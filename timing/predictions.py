@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -24,6 +24,7 @@ from benchmark import bytes_model
 from benchmark.baselines import build_case
 from benchmark.predict import published_ifa_us
 from benchmark.shapes import BenchShape, pr_shapes
+from tiling import PagedAttentionPlan
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import BANDS, DEFAULT, at_band_end
@@ -34,7 +35,19 @@ OUT = Path(__file__).resolve().parent / "predictions.json"
 ENVELOPE_TB_PER_S = 1.126
 
 
-def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None) -> tr.Trace:
+@overload
+def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
+             with_plan: Literal[False] = False) -> tr.Trace: ...
+
+
+@overload
+def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
+             with_plan: Literal[True]) -> tuple[tr.Trace, PagedAttentionPlan]: ...
+
+
+def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
+             with_plan: bool = False) -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
+    """The simulation's instruction trace of one launch of ``shape`` (and the plan it ran, if asked)."""
     from launcher import PagedAttentionRunner
 
     case = build_case(shape, "cpu")
@@ -43,7 +56,8 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
         backend="sim", out=torch.empty_like(case.query), checked=False, core_count=core_count,
         handoff_tokens=handoff_tokens,
     )
-    return tr.capture(runner.library.handle, runner, runner.plan.block_dim)
+    trace = tr.capture(runner.library.handle, runner, runner.plan.block_dim)
+    return (trace, runner.plan) if with_plan else trace
 
 
 def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[str, Any]:
