@@ -1,17 +1,26 @@
 """Predicted time of ragged batches: the planner's grid for each, at both ends of the model's band, beside the
 levers' balanced-cores bound (every core ending at the mean, but not before HBM has moved the bytes).
 
-    python -m timing.ragged [--shapes b64:4096,b32:16384]
+    python -m timing.ragged [--shapes b64:4096,b32:16384] [--kvcn 5,7,11]
 
 Each entry is ``batch:longest`` for ``benchmark.shapes.ragged_shape`` (lengths log-uniform from 16 tokens,
-h32/kv8, D 128, pages of 128, fp16, the default seed).  Predictions of the frozen model, not measurements.
+h32/kv8, D 128, pages of 128, fp16, the default seed).  ``--kvcn`` replaces the planner's grid by the split-KV
+grid of the widest whole-group tasks with that many ranges of the longest sequence, in the balanced order
+(``tiling.balance``): how the planner's choice compares with the counts it passed over.  Predictions of the
+frozen model, not measurements.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
 
 from benchmark.shapes import ragged_shape
+from tiling import balance, planner
+from tiling.splits import one_pass_grid
 from timing.levers import predicted_us
 from timing.model import DEFAULT, at_band_end
 from timing.predictions import trace_of
@@ -19,21 +28,56 @@ from timing.predictions import trace_of
 DEFAULT_SHAPES = "b8:8192,b16:8192,b32:8192,b32:16384,b64:4096,b64:8192,b128:4096"
 
 
+@contextmanager
+def forced_split_count(kvcn: int) -> Iterator[None]:
+    """Plans made inside use the split-KV grid of ``kvcn`` ranges (widest whole-group tasks, balanced order)."""
+    def plan(split: object, lens: np.ndarray, ascending: np.ndarray, **kw: int) -> tuple[object, np.ndarray]:
+        del split, ascending
+        heads, kv_heads, block = kw["num_heads"], kw["num_kv_heads"], kw["block_size"]
+        pages = -(-int(lens.max()) // block)
+        grid = one_pass_grid(lens.size, heads, kv_heads, balance.widest_whole_groups(heads, kv_heads),
+                             -(-pages // kvcn) * block, kvcn, kw["core_count"])
+        if grid.kv_core_num != kvcn or -(-pages // (grid.kv_split_tokens // block)) != kvcn:
+            raise ValueError(f"{pages} pages cannot be cut into exactly {kvcn} ranges of whole pages")
+        gather, _ = balance.balanced_gather(grid, lens, num_heads=heads, num_kv_heads=kv_heads, block_size=block)
+        return grid, gather
+
+    saved = planner.balance_ragged
+    planner.balance_ragged = plan  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        planner.balance_ragged = saved
+
+
+def row(entry: str, kvcn: int | None) -> str:
+    batch, longest = entry.removeprefix("b").split(":")
+    shape = ragged_shape(int(batch), high=int(longest))
+    pessimistic = at_band_end(DEFAULT, 1)
+    if kvcn is None:
+        trace, plan = trace_of(shape, DEFAULT.cube_cores, with_plan=True)
+    else:
+        with forced_split_count(kvcn):
+            trace, plan = trace_of(shape, DEFAULT.cube_cores, with_plan=True)
+    grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num}"
+    grid += f" x {plan.kv_split_tokens} tokens" if plan.kv_core_num > 1 else ""
+    grid += f", {plan.split.former_head} heads/task" + ("" if kvcn is None else " (forced)")
+    return (f"| {shape.shape_id} | {grid} | {predicted_us(trace, DEFAULT):.1f} | "
+            f"{predicted_us(trace, DEFAULT, balanced=True):.1f} | {predicted_us(trace, pessimistic):.1f} | "
+            f"{predicted_us(trace, pessimistic, balanced=True):.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default=DEFAULT_SHAPES)
+    p.add_argument("--kvcn", default="", help="comma-separated split counts to force (default: the planner's)")
     args = p.parse_args(argv)
-    pessimistic = at_band_end(DEFAULT, 1)
+    counts: list[int | None] = [int(k) for k in args.kvcn.split(",") if k] or [None]
     print("| shape | plan | nominal µs | bound | pessimistic µs | bound |")
     print("|---|---|---|---|---|---|")
     for entry in args.shapes.split(","):
-        batch, longest = entry.removeprefix("b").split(":")
-        shape = ragged_shape(int(batch), high=int(longest))
-        trace, plan = trace_of(shape, DEFAULT.cube_cores, with_plan=True)
-        grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num} {plan.split.former_head} heads/task"
-        print(f"| {shape.shape_id} | {grid} | {predicted_us(trace, DEFAULT):.1f} | "
-              f"{predicted_us(trace, DEFAULT, balanced=True):.1f} | {predicted_us(trace, pessimistic):.1f} | "
-              f"{predicted_us(trace, pessimistic, balanced=True):.1f} |", flush=True)
+        for kvcn in counts:
+            print(row(entry, kvcn), flush=True)
     return 0
 
 
