@@ -235,6 +235,20 @@ def test_sim_reports_contract_violations(name: str) -> None:
 
 
 @needs_sim
+def test_one_split_sequences_skip_the_combine() -> None:
+    """Split-KV partials (written by the tasks, read by the combine) exist only for sequences of two or more
+    splits: a one-split sequence's task writes its output row, and the golden still holds."""
+    case = {**BASE, "lens": [1100, 0, 333], "dtype": "bf16", "strategy": "split_kv", "seed": 3}
+    res = run_in_child(case)
+    assert res["rc"] == 0 and res["passed"], res
+    split = 384  # the plan's KVSPLIT for these lengths on 4 cores
+    splits = [-(-n // split) for n in case["lens"]]
+    assert res["kvcn"] == max(splits) == 3
+    row_bytes = case["hq"] * (4 * case["d"] + 4)  # an fp32 partial row and its lse, per head
+    assert res["stats"]["partial_bytes"] == 2 * sum(m * row_bytes for m in splits if m >= 2), (res["stats"], splits)
+
+
+@needs_sim
 def test_sim_deadlock_times_out_instead_of_hanging() -> None:
     """A lost cube->vector signal (fault injection) must end the launch with PA_ERR_INTERNAL."""
     res = run_in_child({**BASE, "lens": [300, 40]}, env={"PA_SIM_DROP_SIGNAL": "0", "PA_SIM_TIMEOUT_MS": "300"})

@@ -4,7 +4,8 @@
  *     O = sum_i w_i O_i,   w_i = exp(lse_i - M) / sum_j exp(lse_j - M),   M = max_i lse_i,
  * cast once to the output dtype.  Work items are spread over all 2 * block_num vector sub-cores (the
  * upstream kernel had both sub-cores of a cluster write the same rows).  Partials are folded in chunks of
- * kCombineChunkRows rows so UB use does not grow with kvCN.
+ * kCombineChunkRows rows so UB use does not grow with kvCN.  A sequence of one split has no partial: its task
+ * wrote the output row (pa_vector.hpp, Finish), exactly what the combine of one partial would write.
  */
 #ifndef PA_COMBINE_HPP
 #define PA_COMBINE_HPP
@@ -119,7 +120,8 @@ struct CombineCore {
         for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
             const uint32_t position = i / t.numHeads, head = i % t.numHeads;
             const uint32_t slot = t.SlotWord(position, PA_BF_GATHER);
-            if (t.SlotWord(slot, PA_BF_KV_SEQLEN) == 0) continue; /* its zero row is already written */
+            /* an empty sequence's zero row, and a one-split sequence's output row, are already written */
+            if (SplitsOf(t, t.SlotWord(slot, PA_BF_KV_SEQLEN)) < 2) continue;
             SetWorkItem(int32_t(slot), int32_t(head), -1);
             One(slot, head);
         }

@@ -204,7 +204,7 @@ struct VectorCore {
         VecBarrier(kEdgeBarFinal);
         RowExpandDiv(oA, oA, gl);
         VecBarrier(kEdgeBarNormed);
-        if (!t.SplitKv()) {
+        if (!t.SplitKv() || SplitsOf(t, tk.kvLen) == 1) { /* one split: its output row, no partial to combine */
             OT oO(r, d);
             Assign(oO, kUbOout);
             Cvt(oO, oA, RoundMode::CAST_RINT);
