@@ -40,8 +40,6 @@ PARTIAL_OVERHEAD = 16
 MIN_GAIN = 0.10
 #: Ends are whole KV-head tokens; a tie between two starts goes to the lower position, added at this scale.
 TIE_SCALE = 1.0 / (1 << 20)
-#: Split-KV grids tried per plan (each costs the host a greedy placement).
-MAX_CANDIDATES = 1
 
 
 def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int, kv_split: int, kvcn: int,
@@ -211,7 +209,9 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     if work.max() <= (1.0 + MIN_GAIN) * mean:
         return split, ascending
     passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
-    bound = max(mean, float(passes.former.max(initial=0.0)), float(passes.tail.max(initial=0.0)))
+    longest = np.argsort(-lens, kind="stable")  # the tail pass takes the first tail_batch of these
+    bound = max(mean, float(passes.tail[longest[:split.tail_batch]].max(initial=0.0)),
+                float(passes.former[longest[split.tail_batch:]].max(initial=0.0)))
 
     def try_candidate() -> tuple[CoreSplit, np.ndarray, float] | None:
         grid = None if grid_fixed else split_kv_candidate(split, lens, head_dim=head_dim, core_count=core_count,
