@@ -38,8 +38,9 @@ PARTIAL_OVERHEAD = 16
 #: A grid other than the one planned by the split rules is taken only if its most loaded core does this
 #: fraction less work: the proxy ranks grids, it does not time them.
 MIN_GAIN = 0.10
-#: Ends are whole KV-head tokens; a tie between two starts goes to the lower position, added at this scale.
-TIE_SCALE = 1.0 / (1 << 20)
+#: A tie between two starts goes to the lower position, added at this scale: below any real difference of
+#: ends (whole KV-head tokens, or 1/64 of one for tasks of part of a group) for every batch the ABI allows.
+TIE_SCALE = 1.0 / (1 << 30)
 
 
 def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int, kv_split: int, kvcn: int,
@@ -69,6 +70,7 @@ class _Passes:
     work per core in either pass."""
 
     def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, group: int, block_size: int) -> None:
+        self.split, self.lens = split, lens
         cores = split.block_dim
         former_p = ceil_div(num_heads, split.former_head) * split.kv_core_num
         tail_p = ceil_div(num_heads, split.tail_head) if split.tail_batch else 0
@@ -85,8 +87,11 @@ class _Passes:
 def core_work(split: CoreSplit, lens: np.ndarray, gather: np.ndarray, *, num_heads: int, num_kv_heads: int,
               block_size: int) -> np.ndarray:
     """Work per core (KV-head tokens) of a grid and gather map, as the task loop distributes it."""
-    cores = split.block_dim
-    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    return _core_work(_Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size), gather)
+
+
+def _core_work(passes: _Passes, gather: np.ndarray) -> np.ndarray:
+    cores = passes.split.block_dim
     work = np.where(passes.is_tail[:, None], passes.tail[gather], passes.former[gather])
     target = (passes.base[:, None] + np.arange(cores)[None, :]) % cores
     return np.bincount(target.reshape(-1), weights=work.reshape(-1), minlength=cores)
@@ -103,8 +108,12 @@ def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_k
     least loaded free start (a heap: the classic longest-processing-time rule); one of several tasks is
     tried at every free start at once.
     """
+    return _balanced_gather(_Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size))
+
+
+def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
+    split, lens = passes.split, passes.lens
     cores = split.block_dim
-    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
     # pass, start -> its free positions, lowest first; firsts: the lowest (inf: none left)
     free: list[list[list[int]]] = [[[] for _ in range(cores)] for _ in range(2)]
     for position, (tail, base) in enumerate(zip(passes.is_tail.tolist(), passes.base.tolist(), strict=True)):
@@ -204,11 +213,11 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     mean, no order can balance it: the candidate is tried first, and the balanced order only if it loses.
     """
     kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
-    work = core_work(split, lens, ascending, **kw)
+    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    work = _core_work(passes, ascending)
     mean = work.mean()
     if work.max() <= (1.0 + MIN_GAIN) * mean:
         return split, ascending
-    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
     longest = np.argsort(-lens, kind="stable")  # the tail pass takes the first tail_batch of these
     bound = max(mean, float(passes.tail[longest[:split.tail_batch]].max(initial=0.0)),
                 float(passes.former[longest[split.tail_batch:]].max(initial=0.0)))
@@ -225,7 +234,7 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     if candidate is not None and candidate[2] <= (1.0 - MIN_GAIN) * bound:
         return candidate[0], candidate[1]
     best, best_end = (split, ascending), float(work.max())
-    gather, balanced = balanced_gather(split, lens, **kw)
+    gather, balanced = _balanced_gather(passes)
     if balanced.max() < best_end:
         best, best_end = (split, gather), float(balanced.max())
     if best_end <= (1.0 + MIN_GAIN) * mean:
