@@ -245,9 +245,10 @@ static inline uint32_t pa_kv_splits(uint32_t kv_len, uint32_t block_size, uint32
  *    cut into as many page ranges as leave every core one task; taken when those ranges hold at least one
  *    hand-off (512 tokens) or the grid it replaces needs a second round of tasks (tiling/splits.py,
  *    split_small_batch; the evidence: python -m timing.plan_search, kernel/npu/PERFORMANCE.md).
- * 10. A ragged batch (lengths not all equal) gets the gather order of tiling/balance.py instead of ATB's
- *    ascending one: longest sequence first, each at the free schedule position whose cores end lowest under
- *    the task loop above.  With strategy "auto", when that still leaves a core 10 % above the mean, a
+ * 10. A ragged batch (lengths not all equal, at most 1024 sequences) whose ascending order leaves a core more
+ *    than 10 % above the mean may get the gather order of tiling/balance.py instead: longest sequence first,
+ *    each at the free schedule position whose cores end lowest under the task loop above, kept where its
+ *    most loaded core does less work.  With strategy "auto", while a core stays 10 % above the mean, a
  *    split-KV grid of the widest whole-group tasks replaces the grid if its most loaded core does 10 % less
  *    work: a whole-sequence task cannot be balanced, a KV range can.  Forced strategies and batch-invariant
  *    mode keep their grid and get only the order.

@@ -13,7 +13,10 @@ it changes no task's arithmetic, only which core runs it.
 * :func:`balance_ragged` also tries split-KV grids of the widest whole-group tasks when the order alone
   leaves a core :data:`MIN_GAIN` above the mean: a whole-sequence task longer than a core's share cannot be
   balanced, its KV ranges can.  A candidate replaces the grid only if its most loaded core does
-  :data:`MIN_GAIN` less work, each range paying :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`.
+  :data:`MIN_GAIN` less work, each range paying :data:`TASK_OVERHEAD` (and :data:`PARTIAL_OVERHEAD` where
+  its sequence has two or more).
+* Batches of more than :data:`MAX_BALANCED_BATCH` sequences keep ATB's order: with that many sequences per
+  core its rounds hold neighbouring lengths, and the placement's host time grows with the batch.
 
 Work is counted in KV-head tokens (one token of one KV head's K and V rows).  It ranks placements and grids;
 the timing model (kernel/npu/PERFORMANCE.md, change 6) is what says the result is faster.
@@ -33,13 +36,19 @@ from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_gri
 #: hand-off's fill of the cube and vector pipes, its output or partial row).
 TASK_OVERHEAD = 64
 #: Work of one split's partial in the combine, in KV-head tokens per KV head (a partial row written and read
-#: again, its weight): the price of cutting a sequence into one more range.
+#: again, its weight), for a sequence of two or more splits; a one-split sequence writes its output row
+#: instead (kernel/npu/pa_vector.hpp, Finish).
 PARTIAL_OVERHEAD = 16
 #: A grid other than the one planned by the split rules is taken only if its most loaded core does this
 #: fraction less work: the proxy ranks grids, it does not time them.
 MIN_GAIN = 0.10
+#: Largest batch the balancer places (host time grows with it; beyond it the ascending order is within a few
+#: per cent of the mean on 24 cores: b1024 ragged 16-32K, 1.08).
+MAX_BALANCED_BATCH = 1024
 #: A tie between two starts goes to the lower position, added at this scale: below any real difference of
-#: ends (whole KV-head tokens, or 1/64 of one for tasks of part of a group) for every batch the ABI allows.
+#: ends (whole KV-head tokens, or 1/64 of one for tasks of part of a group) at the batch sizes balanced.  Past
+#: about 2^23 KV-head tokens on a core it is lost in rounding and a tie goes to the lowest start core: still
+#: deterministic.
 TIE_SCALE = 1.0 / (1 << 30)
 
 
@@ -55,7 +64,7 @@ def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int,
     index = np.arange(kvcn)
     tokens = np.where(index[None, :] < splits[:, None] - 1, kv_split,
                       np.where(index[None, :] == splits[:, None] - 1, lens[:, None] - index[None, :] * kv_split, 0))
-    overhead = TASK_OVERHEAD + (PARTIAL_OVERHEAD if kvcn > 1 else 0)
+    overhead = TASK_OVERHEAD + np.where(splits >= 2, PARTIAL_OVERHEAD, 0)[:, None]  # one split: no partial
     per_split = np.where(tokens > 0, tokens + overhead, 0).astype(np.float64)
     kv_heads = np.minimum(head_split, num_heads - np.arange(chunks) * head_split) / group
     work = (kv_heads[None, :, None] * per_split[:, None, :]).reshape(lens.size, chunks * kvcn)
@@ -124,19 +133,15 @@ def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
     single = (work[:, 1:] == 0).all(axis=1)  # at most one task, on the core the position starts at
     cores_idx = np.arange(cores)
     from_start = (cores_idx[None, :] - cores_idx[:, None]) % cores  # [b, i]: offset of core i from start b
-    multi = np.flatnonzero(~single)
-    placed = work[multi][:, from_start]  # [sequence, b, i]: its work on core i when it starts at b
-    reach = np.where(placed > 0, placed, -np.inf)  # a core it does not land on never sets its end
-    row_of = dict(zip(multi.tolist(), range(multi.size), strict=True))
     first_work = work[:, 0].tolist()
     load = np.zeros(cores)
     gather = [0] * lens.size
     heaps: list[list[tuple[float, float, int]] | None] = [None, None]
-    for rank, slot in enumerate(order.tolist()):
+    for rank, (slot, one_task) in enumerate(zip(order.tolist(), single.tolist(), strict=True)):
         tail = int(rank < split.tail_batch)
-        if rank not in row_of:
+        if one_task:
             heap = heaps[tail]
-            if heap is None:  # from here on this pass places single tasks: the least loaded free start wins
+            if heap is None:  # the least loaded free start wins; (load, lowest free position, start) per start
                 heap = heaps[tail] = [(float(load[b]), f, b) for b, f in enumerate(firsts[tail].tolist())
                                       if f < math.inf]
                 heapq.heapify(heap)
@@ -146,10 +151,11 @@ def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
             base = heapq.heappop(heap)[2]
             load[base] += first_work[rank]
         else:
-            row = row_of[rank]
-            # ends are whole KV-head tokens: the position, scaled below one, breaks ties
-            base = int(np.argmin((load + reach[row]).max(axis=1) + firsts[tail] * TIE_SCALE))
-            load += placed[row, base]
+            placed = work[rank][from_start]  # [b, i]: its work on core i when it starts at b
+            ends = np.where(placed > 0, load + placed, -np.inf).max(axis=1)  # cores it lands on only
+            base = int(np.argmin(ends + firsts[tail] * TIE_SCALE))
+            load += placed[base]
+            heaps[tail] = None  # its loads predate this placement: rebuilt at the next one-task sequence
         queue = free[tail][base]
         gather[queue.pop(0)] = slot
         firsts[tail][base] = queue[0] if queue else math.inf
@@ -159,8 +165,9 @@ def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
 
 
 def widest_whole_groups(num_heads: int, num_kv_heads: int) -> int:
-    """Query heads of the widest task that holds whole KV groups (at most ``HEAD_SPLIT_LIMIT``, or one group
-    where a group alone is wider): the longest K/V bursts and the fewest Q loads."""
+    """Query heads of the widest task of whole KV groups, at most ``HEAD_SPLIT_LIMIT``: the longest K/V bursts
+    and the fewest Q loads.  A group wider than the limit gives tasks of ``HEAD_SPLIT_LIMIT`` heads of one
+    group, as the split rules do (departure 8)."""
     group = num_heads // num_kv_heads
     if group >= abi.HEAD_SPLIT_LIMIT:
         return abi.HEAD_SPLIT_LIMIT
@@ -174,8 +181,9 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
     A position's processes start ``chunks x kvCN`` cores after the previous position's, so only the counts
     that let a position start on the most cores compete (coprime with the launched cores, where one is).
     Among those the grid with the lowest estimate of its most loaded core after :func:`balanced_gather`
-    wins: the mean work per core (every range pays :data:`TASK_OVERHEAD` and :data:`PARTIAL_OVERHEAD`) plus
-    half a range, the excess a longest-first placement typically leaves; the fewest ranges among equals.
+    wins: the mean work per core (every range pays :data:`TASK_OVERHEAD`, a range of a sequence of two or
+    more also :data:`PARTIAL_OVERHEAD`) plus half a range, the excess a longest-first placement typically
+    leaves; the fewest ranges among equals.
     """
     group = num_heads // num_kv_heads
     pages = -(-int(lens.max()) // block_size)
@@ -190,10 +198,10 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
     kvcn, split_pages = kvcn[valid], split_pages[valid]
     block_dim = np.minimum(chunks * lens.size * kvcn, core_count)
     aligned_pages = -(-lens // block_size)
-    ranges = (-(-aligned_pages[None, :] // split_pages[:, None])).sum(axis=1)
-    per_range = TASK_OVERHEAD + PARTIAL_OVERHEAD
-    total = (float(lens.sum()) + ranges * per_range) * num_heads / group
-    one_range = (split_pages * block_size + per_range) * head_split / group
+    ranges = -(-aligned_pages[None, :] // split_pages[:, None])
+    partials = np.where(ranges >= 2, ranges, 0).sum(axis=1)
+    total = (float(lens.sum()) + ranges.sum(axis=1) * TASK_OVERHEAD + partials * PARTIAL_OVERHEAD) * num_heads / group
+    one_range = (split_pages * block_size + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split / group
     estimate = np.maximum(total / block_dim + one_range / 2, one_range)
     reach = np.gcd(chunks * kvcn, block_dim)
     best = int(np.lexsort((kvcn, estimate, reach))[0])
@@ -207,11 +215,15 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     """The grid and gather map of a ragged batch.
 
     The given grid keeps the ``ascending`` gather map while its most loaded core does at most :data:`MIN_GAIN`
-    more than the mean; else it takes the balanced map if that leaves the most loaded core less work.  Unless
-    ``grid_fixed``, the split-KV candidate then replaces the grid if its most loaded core does :data:`MIN_GAIN`
-    less work.  When one sequence's work on one core alone keeps the given grid :data:`MIN_GAIN` above its
-    mean, no order can balance it: the candidate is tried first, and the balanced order only if it loses.
+    more than the mean (and for batches over :data:`MAX_BALANCED_BATCH`); else it takes the balanced map if
+    that leaves the most loaded core less work (the placement is a heuristic: it can do worse).  Unless
+    ``grid_fixed``, and only while a core is still :data:`MIN_GAIN` above the mean, the split-KV candidate
+    then replaces the grid if its most loaded core does :data:`MIN_GAIN` less work.  When one sequence's work
+    on one core alone keeps the given grid that far above its mean, no order can balance it: the candidate is
+    tried first, and the balanced order only if the candidate does not beat that bound by :data:`MIN_GAIN`.
     """
+    if lens.size > MAX_BALANCED_BATCH:
+        return split, ascending
     kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
     passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
     work = _core_work(passes, ascending)
