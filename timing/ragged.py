@@ -1,13 +1,13 @@
 """Predicted time of ragged batches: the planner's grid for each, at both ends of the model's band, beside the
 levers' balanced-cores bound (every core ending at the mean, but not before HBM has moved the bytes).
 
-    python -m timing.ragged [--shapes b64:4096,b32:16384] [--kvcn 5,7,11]
+    python -m timing.ragged [--shapes b64:4096,b32:16384] [--kvcn 5,7,11] [--cores 24]
 
 Each entry is ``batch:longest`` for ``benchmark.shapes.ragged_shape`` (lengths log-uniform from 16 tokens,
 h32/kv8, D 128, pages of 128, fp16, the default seed).  ``--kvcn`` replaces the planner's grid by the split-KV
 grid of the widest whole-group tasks with that many ranges of the longest sequence, in the balanced order
-(``tiling.balance``): how the planner's choice compares with the counts it passed over.  Predictions of the
-frozen model, not measurements.
+(``tiling.balance``): how the planner's choice compares with the counts it passed over.  ``--cores`` plans for
+fewer cores than the device's 24.  Predictions of the frozen model, not measurements.
 """
 
 from __future__ import annotations
@@ -50,15 +50,15 @@ def forced_split_count(kvcn: int) -> Iterator[None]:
         planner.balance_ragged = saved
 
 
-def row(entry: str, kvcn: int | None) -> str:
+def row(entry: str, kvcn: int | None, cores: int) -> str:
     batch, longest = entry.removeprefix("b").split(":")
     shape = ragged_shape(int(batch), high=int(longest))
     pessimistic = at_band_end(DEFAULT, 1)
     if kvcn is None:
-        trace, plan = trace_of(shape, DEFAULT.cube_cores, with_plan=True)
+        trace, plan = trace_of(shape, cores, with_plan=True)
     else:
         with forced_split_count(kvcn):
-            trace, plan = trace_of(shape, DEFAULT.cube_cores, with_plan=True)
+            trace, plan = trace_of(shape, cores, with_plan=True)
     grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num}"
     grid += f" x {plan.kv_split_tokens} tokens" if plan.kv_core_num > 1 else ""
     grid += f", {plan.split.former_head} heads/task" + ("" if kvcn is None else " (forced)")
@@ -71,13 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default=DEFAULT_SHAPES)
     p.add_argument("--kvcn", default="", help="comma-separated split counts to force (default: the planner's)")
+    p.add_argument("--cores", type=int, default=DEFAULT.cube_cores, help="cores the plan may launch")
     args = p.parse_args(argv)
     counts: list[int | None] = [int(k) for k in args.kvcn.split(",") if k] or [None]
     print("| shape | plan | nominal µs | bound | pessimistic µs | bound |")
     print("|---|---|---|---|---|---|")
     for entry in args.shapes.split(","):
         for kvcn in counts:
-            print(row(entry, kvcn), flush=True)
+            print(row(entry, kvcn, args.cores), flush=True)
     return 0
 
 
