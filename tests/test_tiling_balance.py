@@ -9,6 +9,8 @@ on that plan).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from test_tiling_planner import coverage_problems, field, gather_problems
@@ -21,6 +23,14 @@ GQA = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 128}
 RAGGED_64 = np.random.default_rng(5).integers(16, 4096, 64)
 #: 64 lengths log-uniform in [16, 4096]: the longest alone holds more tokens than a core's share.
 LOG_RAGGED_64 = np.exp(np.random.default_rng(5).uniform(np.log(16), np.log(4096), 64)).astype(np.int64)
+
+
+@pytest.fixture(autouse=True)
+def fresh_decisions() -> Iterator[None]:
+    """Some tests change the balancer's constants: no decision cached under other constants may serve them."""
+    balance._decide.cache_clear()
+    yield
+    balance._decide.cache_clear()
 
 
 def plan(lens: np.ndarray, **kw: object) -> PagedAttentionPlan:
@@ -128,8 +138,9 @@ def test_the_plan_never_loads_a_core_more_than_atbs_plan(seed: int, monkeypatch:
               "strategy": str(rng.choice(["auto", "bn", "split_kv"]))}
         new, old = plan(lens, **kw), unbalanced(lens, monkeypatch, **kw)
         shape = {"num_heads": new.num_heads, "num_kv_heads": new.num_kv_heads, "block_size": new.block_size}
-        assert (balance.core_work(new.split, lens, gather_of(new), **shape).max()
-                <= balance.core_work(old.split, lens, gather_of(old), **shape).max())
+        pages = -(-lens // 128) * 128  # the balancer counts whole pages
+        assert (balance.core_work(new.split, pages, gather_of(new), **shape).max()
+                <= balance.core_work(old.split, pages, gather_of(old), **shape).max())
 
 
 def test_batches_over_the_limit_keep_atbs_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,3 +158,19 @@ def test_a_one_split_sequence_pays_no_partial() -> None:
     assert work[1].sum() == 2 * 300 + per_task
     assert work[0].sum() == 2 * 2000 + 4 * (per_task + 2 * balance.PARTIAL_OVERHEAD)
     assert work[2].sum() == 0
+
+
+def test_a_decode_step_inside_the_pages_reuses_the_decision() -> None:
+    """Lengths that grow inside their pages give the same grid and order from the cache, and an order that
+    is still a valid plan: every token of the new lengths covered once."""
+    first = plan(LOG_RAGGED_64)
+    assert first.strategy == "split_kv"
+    inside = LOG_RAGGED_64 + (-LOG_RAGGED_64 % 128 > 0)  # one more token where the last page has room
+    hits = balance._decide.cache_info().hits
+    again = plan(inside)
+    assert balance._decide.cache_info().hits == hits + 1
+    assert again.split == first.split and np.array_equal(gather_of(again), gather_of(first))
+    assert coverage_problems(again) == [] and gather_problems(again) == []
+    crossing = LOG_RAGGED_64 + 128  # every sequence one page longer: decided anew
+    plan(crossing)
+    assert balance._decide.cache_info().hits == hits + 1

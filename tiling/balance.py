@@ -24,6 +24,7 @@ the timing model (kernel/npu/PERFORMANCE.md, change 6) is what says the result i
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 
@@ -45,6 +46,9 @@ MIN_GAIN = 0.10
 #: Largest batch the balancer places (host time grows with it; beyond it the ascending order is within a few
 #: per cent of the mean on 24 cores: b1024 ragged 16-32K, 1.08).
 MAX_BALANCED_BATCH = 1024
+#: Balancing decisions kept, keyed by the grid, the page counts and the shape: a decode step whose sequences
+#: all stay inside their pages re-plans without placing anything.
+DECISIONS_CACHED = 8
 #: A tie between two starts goes to the lower position, added at this scale: below any real difference of
 #: ends (whole KV-head tokens, or 1/64 of one for tasks of part of a group) at the batch sizes balanced.  Past
 #: about 2^23 KV-head tokens on a core it is lost in rounding and a tie goes to the lowest start core: still
@@ -221,15 +225,30 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     then replaces the grid if its most loaded core does :data:`MIN_GAIN` less work.  When one sequence's work
     on one core alone keeps the given grid that far above its mean, no order can balance it: the candidate is
     tried first, and the balanced order only if the candidate does not beat that bound by :data:`MIN_GAIN`.
+
+    Lengths count in whole pages here (the kernel's tiles, and what kvCN depends on), so the decision holds
+    while no sequence crosses a page boundary: decode steps that only add tokens inside pages find it in a
+    small cache (:data:`DECISIONS_CACHED`), and any order it returns stays valid for the new lengths.
     """
     if lens.size > MAX_BALANCED_BATCH:
         return split, ascending
+    pages = (-(-lens.astype(np.int64) // block_size)).astype(np.int64)
+    grid, gather = _decide(split, pages.tobytes(), num_heads=num_heads, num_kv_heads=num_kv_heads,
+                           block_size=block_size, head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed)
+    return (split, ascending) if gather is None else (grid, np.frombuffer(gather, dtype=np.int64).copy())
+
+
+@functools.lru_cache(maxsize=DECISIONS_CACHED)
+def _decide(split: CoreSplit, pages: bytes, *, num_heads: int, num_kv_heads: int, block_size: int, head_dim: int,
+            core_count: int, grid_fixed: bool) -> tuple[CoreSplit, bytes | None]:
+    """:func:`balance_ragged` on page counts: the grid and the gather map (None: keep the ascending order)."""
     kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
+    lens = np.frombuffer(pages, dtype=np.int64) * block_size
     passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
-    work = _core_work(passes, ascending)
+    work = _core_work(passes, np.argsort(lens, kind="stable"))
     mean = work.mean()
     if work.max() <= (1.0 + MIN_GAIN) * mean:
-        return split, ascending
+        return split, None
     longest = np.argsort(-lens, kind="stable")  # the tail pass takes the first tail_batch of these
     bound = max(mean, float(passes.tail[longest[:split.tail_batch]].max(initial=0.0)),
                 float(passes.former[longest[split.tail_batch:]].max(initial=0.0)))
@@ -244,15 +263,16 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
 
     candidate = try_candidate() if bound > (1.0 + MIN_GAIN) * mean else None
     if candidate is not None and candidate[2] <= (1.0 - MIN_GAIN) * bound:
-        return candidate[0], candidate[1]
-    best, best_end = (split, ascending), float(work.max())
+        return candidate[0], candidate[1].tobytes()
+    best: tuple[CoreSplit, bytes | None] = (split, None)
+    best_end = float(work.max())
     gather, balanced = _balanced_gather(passes)
     if balanced.max() < best_end:
-        best, best_end = (split, gather), float(balanced.max())
+        best, best_end = (split, gather.tobytes()), float(balanced.max())
     if best_end <= (1.0 + MIN_GAIN) * mean:
         return best
     if candidate is None and bound <= (1.0 + MIN_GAIN) * mean:
         candidate = try_candidate()
     if candidate is not None and candidate[2] <= (1.0 - MIN_GAIN) * best_end:
-        return candidate[0], candidate[1]
+        return candidate[0], candidate[1].tobytes()
     return best
