@@ -65,7 +65,8 @@ class BenchRecord:
     plan: str | None = None
     #: Host µs per launch of this shape's runner path into ``call_kernel_noop`` (pa-kit rows only).
     host_launch_us: float | None = None
-    #: Host µs per ``runner.update(lens)`` with this shape's lengths: the per-decode-step re-plan (pa-kit rows).
+    #: Host µs per ``runner.update(lens)`` with this shape's lengths, repeated: the per-decode-step re-plan when
+    #: no sequence crosses a page (pa-kit rows).
     host_update_us: float | None = None
     #: Per-launch counters a backend reports (the simulation: bytes moved, hand-offs, on-chip use).
     device_figures: dict[str, Any] | None = None
@@ -168,7 +169,8 @@ LEGEND = (
     "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
     "float64 golden|; an implementation outside the tolerance is reported, not timed. plan: strategy, launched "
     "cores (bd), KV splits per sequence (kvCN), tiling key, host µs per launch of the runner path without the "
-    "kernel, host µs per runner.update() with the shape's lengths (the per-step re-plan)."
+    "kernel, host µs per runner.update() with the shape's lengths repeated (a decode step in which no sequence "
+    "crosses a page: a ragged batch's balancing decision comes from the planner's cache)."
 )
 
 
