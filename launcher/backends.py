@@ -70,6 +70,10 @@ class Backend(ABC):
         """``work`` wrapped so that its device operations are queued on the launch ``stream``."""
         return work
 
+    def make_event(self) -> Any:
+        """An event to record on the launch stream and wait for on the host (None: copies are synchronous)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -193,6 +197,9 @@ class NpuBackend(Backend):
                 raise KernelContractError(code, message="returned by the NPU kernel", library=name)
 
         return launch
+
+    def make_event(self) -> Any:
+        return self._npu().Event()
 
     def on_stream(self, work: Launch, stream: Any) -> Launch:
         """Run ``work`` inside ``torch.npu.stream(stream)``, so a memset is ordered before the kernel even

@@ -3,27 +3,24 @@
 Each failure is a ``TypeError`` (wrong kind of object or dtype) or a ``ValueError`` (wrong shape, value or
 combination) whose message names the argument, what was expected and what was given.  Nothing here touches
 a kernel: a bad input never reaches the device, where it would be an out-of-bounds read rather than an
-error.  The shape limits themselves live in :func:`tiling.validate_shape`, shared with the planner.
+error.  Every rule on sizes, lengths, block ids and options lives once, in :mod:`tiling.rules`, shared with
+the planner; this module adds what only tensors have (type, rank, dtype, device, contiguity, aliasing).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from tiling import validate_shape
+from tiling import rules
 
 #: Input dtypes the kernels execute, by the planner's dtype names.
 DTYPE_NAMES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 QUERY_DIMS = 3  # [batch, num_heads, head_dim]
 CACHE_DIMS = 4  # [num_blocks, block_size, num_kv_heads, head_dim]
 TABLE_DIMS = 2  # [batch, max_pages]
-#: Cap on how many offending entries a message lists.
-MAX_REPORTED = 5
 
 
 @dataclass(frozen=True)
@@ -67,25 +64,22 @@ def check_tensors(
     q = _require_tensor(query, "query")
     k = _require_tensor(key_cache, "key_cache")
     v = _require_tensor(value_cache, "value_cache")
-    bt = _require_tensor(block_table, "block_table")
     _require_dims(q, "query", QUERY_DIMS, "[batch, num_heads, head_dim]")
     _require_dims(k, "key_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
     _require_dims(v, "value_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
-    _require_dims(bt, "block_table", TABLE_DIMS, "[batch, max_pages]")
     if q.dtype not in DTYPE_NAMES:
         raise TypeError(f"query dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
     for name, tensor in (("key_cache", k), ("value_cache", v)):
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name} dtype must match query ({q.dtype}), got {tensor.dtype}")
-    if bt.dtype != torch.int32:
-        raise TypeError(f"block_table dtype must be torch.int32, got {bt.dtype}")
     if q.device.type != device_type:
         raise ValueError(f"query must be on a {device_type!r} device for this backend, got {q.device}")
-    for name, tensor in (("key_cache", k), ("value_cache", v), ("block_table", bt)):
+    for name, tensor in (("key_cache", k), ("value_cache", v)):
         if tensor.device != q.device:
             raise ValueError(f"{name} must be on the query's device {q.device}, got {tensor.device}")
-    for name, tensor in (("query", q), ("key_cache", k), ("value_cache", v), ("block_table", bt)):
+    for name, tensor in (("query", q), ("key_cache", k), ("value_cache", v)):
         _require_contiguous(tensor, name)
+    bt = check_table_tensor(block_table, q.device)
     batch, num_heads, head_dim = q.shape
     num_blocks, block_size, num_kv_heads, cache_dim = k.shape
     if tuple(v.shape) != tuple(k.shape):
@@ -99,65 +93,49 @@ def check_tensors(
         block_size=int(block_size), num_blocks=int(num_blocks), max_pages=int(bt.shape[1]),
         dtype=DTYPE_NAMES[q.dtype], device=q.device,
     )
-    validate_shape(
+    rules.validate_shape(
         batch=shape.batch, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
         block_size=shape.block_size, max_pages=shape.max_pages, num_blocks=shape.num_blocks, core_count=1,
     )
     return shape
 
 
-def check_context_lens(context_lens: object, shape: DecodeShape) -> np.ndarray:
-    """An int32 tensor or a list of ints, one per sequence, each in ``[0, max_pages * block_size]``."""
+def check_table_tensor(block_table: object, device: torch.device) -> torch.Tensor:
+    """An int32 ``[batch, pages]`` contiguous tensor on ``device`` (its values are not read here)."""
+    bt = _require_tensor(block_table, "block_table")
+    _require_dims(bt, "block_table", TABLE_DIMS, "[batch, max_pages]")
+    if bt.dtype != torch.int32:
+        raise TypeError(f"block_table dtype must be torch.int32, got {bt.dtype}")
+    if bt.device != device:
+        raise ValueError(f"block_table must be on the query's device {device}, got {bt.device}")
+    _require_contiguous(bt, "block_table")
+    return bt
+
+
+def lens_to_numpy(context_lens: object) -> np.ndarray:
+    """``context_lens`` as a 1-D int64 array: an int32 tensor (a device tensor is copied to the host, which
+    synchronises with its stream), or whatever :func:`tiling.rules.lengths_array` takes."""
     if isinstance(context_lens, torch.Tensor):
         if context_lens.dtype != torch.int32:
             raise TypeError(f"context_lens tensor dtype must be torch.int32, got {context_lens.dtype}")
         if context_lens.dim() != 1:
             raise ValueError(f"context_lens must be 1-D [batch], got shape {tuple(context_lens.shape)}")
-        lens = context_lens.detach().cpu().numpy().astype(np.int64)
-    elif isinstance(context_lens, Sequence) and not isinstance(context_lens, (str, bytes)):
-        for index, item in enumerate(context_lens):
-            if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-                raise TypeError(f"context_lens must hold ints, got {type(item).__name__} {item!r} at index {index}")
-        lens = np.asarray([int(item) for item in context_lens], dtype=np.int64)
-    else:
-        raise TypeError(f"context_lens must be an int32 torch.Tensor or a list of ints, got "
-                        f"{type(context_lens).__name__}")
-    if lens.size != shape.batch:
-        raise ValueError(f"context_lens must have one entry per sequence ({shape.batch}), got {lens.size}")
-    negative = np.flatnonzero(lens < 0)
-    if negative.size:
-        index = int(negative[0])
-        raise ValueError(f"context_lens must be >= 0, got {int(lens[index])} at index {index}")
-    limit = shape.max_pages * shape.block_size
-    too_long = np.flatnonzero(lens > limit)
-    if too_long.size:
-        index = int(too_long[0])
-        raise ValueError(
-            f"context length at index {index} must be <= max_pages x block_size = {shape.max_pages} x "
-            f"{shape.block_size} = {limit} (what the block table can address), got {int(lens[index])}"
-        )
+        return context_lens.detach().cpu().numpy().astype(np.int64)
+    return rules.lengths_array(context_lens)
+
+
+def check_context_lens(context_lens: object, shape: DecodeShape) -> np.ndarray:
+    """One length per sequence, each in ``[0, max_pages * block_size]`` (:func:`tiling.rules.validate_lengths`)."""
+    lens = lens_to_numpy(context_lens)
+    rules.validate_lengths(lens, block_size=shape.block_size, max_pages=shape.max_pages, batch=shape.batch)
     return lens
 
 
 def check_block_ids(block_table: torch.Tensor, lens: np.ndarray, shape: DecodeShape) -> None:
-    """Block ids a sequence uses (its first ``ceil(len / block_size)`` entries) lie in ``[0, num_blocks)``.
-
-    Entries past a sequence's last page are never read by the kernel and may hold anything (e.g. -1).
-    """
-    table = block_table.detach().cpu().numpy()
-    pages = -(-lens // shape.block_size)
-    used = np.arange(shape.max_pages)[None, :] < pages[:, None]
-    bad = used & ((table < 0) | (table >= shape.num_blocks))
-    if bad.any():
-        rows, cols = np.nonzero(bad)
-        listed = ", ".join(
-            f"block_table[{r}, {c}] = {int(table[r, c])}" for r, c in zip(rows[:MAX_REPORTED], cols[:MAX_REPORTED],
-                                                                          strict=True)
-        )
-        raise ValueError(
-            f"block ids used by a sequence must be in [0, num_blocks) = [0, {shape.num_blocks}), got {listed}"
-            f"{' ...' if rows.size > MAX_REPORTED else ''} ({int(bad.sum())} bad entries among the pages in use)"
-        )
+    """The used block ids lie in ``[0, num_blocks)`` (:func:`tiling.rules.validate_block_ids`); reads the
+    table on the host, so the runner calls it only for backends whose tensors live on the CPU."""
+    rules.validate_block_ids(block_table.detach().cpu().numpy(), lens, block_size=shape.block_size,
+                             num_blocks=shape.num_blocks)
 
 
 def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
@@ -185,23 +163,6 @@ def check_out(out: object, shape: DecodeShape, dtype: torch.dtype, inputs: dict[
     return o
 
 
-def check_scale(scale: object, head_dim: int) -> float:
-    """``None`` means ``1/sqrt(head_dim)``; otherwise a finite real number."""
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
-
-
-def check_option(name: str, value: object, allowed: Sequence[object]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
-
-
-def check_core_count(core_count: object) -> None:
-    if core_count is not None and (isinstance(core_count, bool) or not isinstance(core_count, int)
-                                   or core_count < 1):
-        raise ValueError(f"core_count must be None or an int >= 1, got {core_count!r}")
+check_scale = rules.validate_scale
+check_option = rules.validate_option
+check_core_count = rules.validate_core_count

@@ -161,17 +161,18 @@ def test_bad_arguments_raise_before_any_launch(layers: list[Inputs]) -> None:
 
 
 def test_out_over_the_block_table_is_refused(layers: list[Inputs]) -> None:
+    """The kernel reads the runner's own copy of the block table: an ``out`` over it would be a race."""
     layer = layers[0]
-    table = layer.block_table
-    q_bytes = layer.query.numel() * layer.query.element_size()
-    buffer = torch.zeros(table.numel() + q_bytes // 4 + 1, dtype=torch.int32)
-    buffer[:table.numel()] = table.view(-1)
-    shared = buffer[:table.numel()].view(table.shape)  # the runner's table: the first bytes of buffer
-    runner = PagedAttentionRunner(layer.query, layer.key_cache, layer.value_cache, shared, list(layer.lens))
-    out = buffer.view(layer.query.dtype)[:layer.query.numel()].view(layer.query.shape)
+    q = layer.query
+    pages = -(-q.numel() * q.element_size() // (4 * q.shape[0]))  # the runner's table holds at least q's bytes
+    runner = PagedAttentionRunner(q, layer.key_cache, layer.value_cache, layer.block_table, list(layer.lens),
+                                  max_pages_per_seq=max(pages, layer.block_table.shape[1]))
+    table = runner.block_table
+    before = table.clone()
+    out = table.view(-1).view(q.dtype)[:q.numel()].view(q.shape)
     with pytest.raises(ValueError, match="share memory with block_table"):
-        runner.run(layer.query, layer.key_cache, layer.value_cache, out=out)
-    assert torch.equal(buffer[:table.numel()], table.view(-1))  # nothing written
+        runner.run(q, layer.key_cache, layer.value_cache, out=out)
+    assert torch.equal(table, before)  # nothing written
 
 
 def test_run_passes_the_new_pointers_and_zeroes_empty_rows_for_an_external_kernel(
@@ -191,7 +192,7 @@ def test_run_passes_the_new_pointers_and_zeroes_empty_rows_for_an_external_kerne
     runner.run(q2, k2, v2, out=out)
     recorded = npu.handle(library)
     slots = {abi.ArgSlot.Q: q2, abi.ArgSlot.K: k2, abi.ArgSlot.V: v2, abi.ArgSlot.O: out,
-             abi.ArgSlot.BLOCK_TABLES: table}
+             abi.ArgSlot.BLOCK_TABLES: runner.block_table}  # the runner's copy
     for slot, tensor in slots.items():
         assert recorded.fake_ptr(int(slot)) == tensor.data_ptr(), slot.name
     assert bool((out[1] == 0).all()) and bool(torch.isnan(out[0]).all())  # the fake kernel writes nothing
@@ -213,8 +214,8 @@ def test_compiled_check_says_look_again_on_every_bad_call(layers: list[Inputs], 
         pytest.skip("the Python-checks run of this test has nothing to check")
     runner = _runner(layers[0])
     layer = layers[1]
-    check, expect = runner._fast_check, runner._fast_expect
-    assert check is module.check
+    check, expect = module.check, runner._fast_expect
+    assert runner._fast is module
 
     class Sub(torch.Tensor):
         pass

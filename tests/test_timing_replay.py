@@ -245,7 +245,7 @@ def test_handoff_table_counts_follow_the_plan() -> None:
     assert r1024.scratch_kib_per_core == 2 * r512.scratch_kib_per_core  # S+P stages grow with the hand-off
 
 
-def test_ragged_table_forces_a_split_count_and_restores_the_planner() -> None:
+def test_ragged_table_forces_a_split_count_through_the_planner_grid() -> None:
     """``timing.ragged --kvcn`` plans the split-KV grid of that many ranges (no simulation here)."""
     from tiling import planner
     from timing import ragged
@@ -253,11 +253,9 @@ def test_ragged_table_forces_a_split_count_and_restores_the_planner() -> None:
     lens = np.array([4000, 300, 17, 2500])
     kw = {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 128, "max_pages": 32,
           "num_blocks": 1000, "scale": 0.1}
-    saved = planner.balance_ragged
-    with ragged.forced_split_count(7):
-        plan = planner.plan_paged_attention(lens, **kw)
-    assert planner.balance_ragged is saved
+    grid_kw = {"num_heads": 32, "num_kv_heads": 8, "block_size": 128, "core_count": 24}
+    plan = planner.plan_paged_attention(lens, **kw, grid=ragged.split_count_grid(lens, 7, **grid_kw))
     assert (plan.strategy, plan.kv_core_num, plan.kv_split_tokens, plan.split.former_head) == ("split_kv", 7, 640, 32)
-    with pytest.raises(ValueError, match="exactly 9 ranges"), ragged.forced_split_count(9):
-        planner.plan_paged_attention(lens, **kw)  # 32 pages: ranges of 4 pages make 8, of 3 pages 11
-    assert planner.balance_ragged is saved
+    with pytest.raises(ValueError, match="exactly 9 ranges"):
+        ragged.split_count_grid(lens, 9, **grid_kw)  # 32 pages: ranges of 4 pages make 8, of 3 pages 11
+    assert planner.plan_paged_attention(lens, **kw).kv_core_num != 7  # nothing left behind

@@ -1,7 +1,8 @@
 """pa-kit tiling: the pure-numpy planner that fills the kernel's tiling tensor and sizes its workspace."""
 
 from tiling import abi
-from tiling.planner import PagedAttentionPlan, plan_paged_attention, validate_shape
+from tiling.planner import PagedAttentionPlan, plan_paged_attention
+from tiling.rules import validate_shape
 from tiling.schedule import Task, enumerate_tasks
 from tiling.workspace import WorkspaceSizes
 

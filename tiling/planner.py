@@ -16,17 +16,23 @@ import numpy as np
 from tiling import abi
 from tiling.balance import balance_ragged
 from tiling.invariant import invariant_tile, split_invariant
-from tiling.splits import STRATEGIES, CoreSplit, Strategy, choose_tile, headnum_move, split_cores
+from tiling.rules import (
+    DTYPES,
+    lengths_array,
+    validate_dtype,
+    validate_lengths,
+    validate_plan_options,
+    validate_scale,
+    validate_shape,
+)
+from tiling.splits import CoreSplit, Strategy, choose_tile, headnum_move, split_cores
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
-DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
 #: ATB's PP_MM bucket for a single query token.
 DECODE_M_UBD = 16
 #: Mask modulus/divisor that make the (unused) mask offset arithmetic an identity.
 MASK_MODCOEF = 0xFFFFFFFF
 MASK_DIVCOEF = 1
-#: Largest hand-off a plan may ask for: 64K tokens, a whole context of any shape the benchmarks run.
-MAX_HANDOFF_TOKENS = 65536
 UINT32_MASK = 0xFFFFFFFF
 
 
@@ -65,72 +71,6 @@ class PagedAttentionPlan:
 
 def _float_bits(value: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", value))[0])
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def validate_shape(
-    *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, max_pages: int,
-    num_blocks: int, core_count: int,
-) -> None:
-    """Reject every shape the kernels do not support, naming what was expected and what was given."""
-    _require(1 <= batch <= abi.MAX_BATCH, f"batch must be in [1, {abi.MAX_BATCH}], got {batch}")
-    _require(
-        1 <= num_heads <= abi.MAX_NUM_HEADS, f"num_heads must be in [1, {abi.MAX_NUM_HEADS}], got {num_heads}"
-    )
-    _require(num_kv_heads >= 1, f"num_kv_heads must be >= 1, got {num_kv_heads}")
-    _require(
-        num_heads % num_kv_heads == 0,
-        f"num_heads must be a multiple of num_kv_heads, got {num_heads} and {num_kv_heads}",
-    )
-    _require(
-        num_heads // num_kv_heads <= abi.MAX_GROUP,
-        f"num_heads / num_kv_heads must be <= {abi.MAX_GROUP}, got {num_heads} / {num_kv_heads}",
-    )
-    _require(
-        head_dim % abi.HEAD_DIM_ALIGN == 0 and abi.HEAD_DIM_ALIGN <= head_dim <= abi.MAX_HEAD_DIM,
-        f"head_dim must be a multiple of {abi.HEAD_DIM_ALIGN} in [{abi.HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
-        f"got {head_dim}",
-    )
-    _require(
-        block_size in abi.SUPPORTED_BLOCK_SIZES,
-        f"block_size must be one of {abi.SUPPORTED_BLOCK_SIZES}, got {block_size}",
-    )
-    _require(max_pages >= 1, f"block_table must have at least one column, got {max_pages}")
-    _require(num_blocks >= 1, f"the KV cache must hold at least one page, got num_blocks={num_blocks}")
-    _require(core_count >= 1, f"core_count must be >= 1, got {core_count}")
-
-
-def _validate_lengths(lens: np.ndarray, block_size: int, max_pages: int) -> None:
-    _require(lens.ndim == 1, f"context_lens must be one-dimensional, got shape {lens.shape}")
-    if lens.size and lens.min() < 0:
-        bad = int(np.argmin(lens))
-        raise ValueError(f"context_lens must be >= 0, got {int(lens[bad])} at index {bad}")
-    limit = block_size * max_pages
-    if lens.size and lens.max() > limit:
-        bad = int(np.argmax(lens))
-        raise ValueError(
-            f"context length {int(lens[bad])} at index {bad} exceeds what the block table allows: "
-            f"{max_pages} pages x {block_size} tokens = {limit}"
-        )
-
-
-def _validate_handoff(handoff_tokens: int | None, batch_invariant: bool) -> None:
-    if handoff_tokens is None:
-        return
-    if isinstance(handoff_tokens, bool) or not isinstance(handoff_tokens, int):
-        raise TypeError(f"handoff_tokens must be an int or None, got {handoff_tokens!r}")
-    if handoff_tokens < 0 or handoff_tokens % abi.HANDOFF_ALIGN_TOKENS:
-        raise ValueError(f"handoff_tokens must be 0 (ABI v1 scratch) or a positive multiple of "
-                         f"{abi.HANDOFF_ALIGN_TOKENS}, got {handoff_tokens}")
-    if handoff_tokens > MAX_HANDOFF_TOKENS:
-        raise ValueError(f"handoff_tokens must be at most {MAX_HANDOFF_TOKENS}, got {handoff_tokens}")
-    if batch_invariant and handoff_tokens not in (0, abi.DEFAULT_HANDOFF_TOKENS):
-        raise ValueError(f"batch_invariant=True pins the hand-off at {abi.DEFAULT_HANDOFF_TOKENS} tokens, "
-                         f"got handoff_tokens={handoff_tokens}")
 
 
 def max_task_heads(split: CoreSplit) -> int:
@@ -227,6 +167,7 @@ def plan_paged_attention(
     strategy: Strategy = "auto",
     batch_invariant: bool = False,
     handoff_tokens: int | None = None,
+    grid: CoreSplit | None = None,
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
@@ -238,41 +179,37 @@ def plan_paged_attention(
     excludes a forced ``strategy``.  ``handoff_tokens`` is the cube->vector hand-off (kernel ABI v2): None lets
     the planner choose, a positive multiple of 512 forces it, 0 plans ABI v1's fixed scratch (what an external
     ATB-ABI kernel addresses; the hand-off is then 512).  Per-core S/P scratch is sized for the plan's largest
-    task: heads per task x hand-off tokens.
+    task: heads per task x hand-off tokens.  ``grid`` plans that task grid instead of the planner's own choice
+    (tools that rank grids, :mod:`timing.plan_search`, :mod:`timing.ragged`); a ragged batch still gets its
+    balanced gather order for it, as a forced strategy does.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if not isinstance(batch_invariant, bool):
-        raise TypeError(f"batch_invariant must be a bool, got {batch_invariant!r}")
-    if batch_invariant and strategy != "auto":
-        raise ValueError(f"batch_invariant=True pins the task grid itself; strategy must be 'auto', got {strategy!r}")
-    _validate_handoff(handoff_tokens, batch_invariant)
-    lens = np.asarray(context_lens)
-    if lens.dtype.kind not in "iu":
-        raise TypeError(f"context_lens must hold integers, got dtype {lens.dtype}")
-    lens = lens.astype(np.int64)
+    validate_dtype(dtype)
+    validate_plan_options(strategy=strategy, batch_invariant=batch_invariant, handoff_tokens=handoff_tokens)
+    lens = lengths_array(context_lens)
     validate_shape(
         batch=lens.size, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, core_count=core_count,
     )
-    _validate_lengths(lens, block_size, max_pages)
-    if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
+    if lens.size == 0:
+        raise ValueError("context_lens must hold at least one sequence: an empty step has nothing to plan "
+                         "(PagedAttentionRunner.update accepts one and launches nothing)")
+    validate_lengths(lens, block_size=block_size, max_pages=max_pages)
+    scale = validate_scale(scale, head_dim)
     batch = int(lens.size)
     max_kv = int(lens.max())
-    if batch_invariant:
-        tile = invariant_tile(block_size, head_dim)
+    tile = invariant_tile(block_size, head_dim) if batch_invariant else choose_tile(block_size, head_dim)
+    if grid is not None:
+        split = grid
+    elif batch_invariant:
         split = split_invariant(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
     else:
-        tile = choose_tile(block_size, head_dim)
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
     gather = gather_order(lens)
-    if lens.min() != lens.max():  # departure 10; a pinned grid (forced, batch-invariant) only gets the order
+    if lens.min() != lens.max():  # departure 10; a pinned grid (given, forced, batch-invariant) only gets the order
         split, gather = balance_ragged(
             split, lens, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
-            head_dim=head_dim, core_count=core_count, grid_fixed=batch_invariant or strategy != "auto")
+            head_dim=head_dim, core_count=core_count,
+            grid_fixed=grid is not None or batch_invariant or strategy != "auto")
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
     handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
     stage = max_task_heads(split) * handoff if handoff else 0

@@ -57,3 +57,24 @@ def workspace_sizes(
         o_core_bytes=partial_rows * head_dim * FP32_BYTES,
         l_bytes=partial_rows * FP32_BYTES,
     )
+
+
+def capacity_workspace(
+    *, core_count: int, elem_bytes: int, max_batch: int, num_heads: int, head_dim: int, max_pages: int,
+    handoff_tokens: int | None, kv_split_limit: int,
+) -> WorkspaceSizes:
+    """Sizes that hold the workspace of every plan a runner of this capacity can make (engines allocate once).
+
+    Every bound is one the planner keeps by construction: at most ``core_count`` launched cores; a task holds
+    at most ``num_heads`` q heads, so an S/P stage is at most ``num_heads x hand-off`` elements (the planner's
+    hand-off is :data:`abi.DEFAULT_HANDOFF_TOKENS` unless one is forced; 0 keeps ABI v1's fixed strides); kvCN
+    is at most ``kv_split_limit`` (the combine's cap, ``splits.combine_split_limit``) and at most the pages of
+    the longest sequence, and partials exist for at most ``max_batch`` non-empty sequences.
+    ``tests/test_runner_engine.py`` checks the bound against random plans.
+    """
+    handoff = abi.DEFAULT_HANDOFF_TOKENS if handoff_tokens is None else handoff_tokens
+    stage = num_heads * handoff if handoff else 0
+    return workspace_sizes(
+        block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads,
+        head_dim=head_dim, kv_core_num=max(1, min(kv_split_limit, max_pages)), score_stage_elems=stage,
+    )

@@ -13,12 +13,10 @@ small-batch rule (``tiling/splits.py``: ``split_small_batch``); its figures are 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from benchmark.shapes import BenchShape, pr_shapes
-from tiling import abi, planner, splits
+from tiling import abi, splits
 from timing.costs import load_cost_tables
 from timing.model import DEFAULT, at_band_end
 from timing.predictions import trace_of
@@ -50,17 +48,10 @@ def candidates(shape: BenchShape, core_count: int) -> list[Candidate]:
     return sorted(out.values(), key=lambda c: (c.tasks, c.head_split))
 
 
-@contextmanager
-def forced_grid(shape: BenchShape, cand: Candidate, core_count: int) -> Iterator[None]:
-    """The planner plans ``cand``'s grid instead of its own while the block runs."""
-    grid = splits.one_pass_grid(shape.batch, shape.num_heads, shape.num_kv_heads, cand.head_split,
+def candidate_grid(shape: BenchShape, cand: Candidate, core_count: int) -> splits.CoreSplit:
+    """``cand``'s task grid, for ``plan_paged_attention(grid=...)``."""
+    return splits.one_pass_grid(shape.batch, shape.num_heads, shape.num_kv_heads, cand.head_split,
                                 cand.pages_per_split * shape.block_size, cand.kv_core_num, core_count)
-    original = planner.split_cores
-    planner.split_cores = lambda *args, **kwargs: grid  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        planner.split_cores = original  # type: ignore[assignment]
 
 
 def predicted(shape: BenchShape, cand: Candidate | None, pessimistic: bool = False) -> float:
@@ -68,8 +59,7 @@ def predicted(shape: BenchShape, cand: Candidate | None, pessimistic: bool = Fal
     if cand is None:
         trace = trace_of(shape, DEFAULT.cube_cores)
     else:
-        with forced_grid(shape, cand, DEFAULT.cube_cores):
-            trace = trace_of(shape, DEFAULT.cube_cores)
+        trace = trace_of(shape, DEFAULT.cube_cores, grid=candidate_grid(shape, cand, DEFAULT.cube_cores))
     return replay(trace, load_cost_tables(), constants).predicted_us
 
 

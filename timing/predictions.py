@@ -24,7 +24,8 @@ from benchmark import bytes_model
 from benchmark.baselines import build_case
 from benchmark.predict import published_ifa_us
 from benchmark.shapes import BenchShape, pr_shapes
-from tiling import PagedAttentionPlan
+from tiling import PagedAttentionPlan, plan_paged_attention
+from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import BANDS, DEFAULT, at_band_end
@@ -37,17 +38,19 @@ ENVELOPE_TB_PER_S = 1.126
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[False] = False) -> tr.Trace: ...
+             with_plan: Literal[False] = False, grid: CoreSplit | None = None) -> tr.Trace: ...
 
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[True]) -> tuple[tr.Trace, PagedAttentionPlan]: ...
+             with_plan: Literal[True], grid: CoreSplit | None = None) -> tuple[tr.Trace, PagedAttentionPlan]: ...
 
 
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: bool = False) -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
-    """The simulation's instruction trace of one launch of ``shape`` (and the plan it ran, if asked)."""
+             with_plan: bool = False, grid: CoreSplit | None = None) -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
+    """The simulation's instruction trace of one launch of ``shape`` (and the plan it ran, if asked).
+
+    ``grid`` plans that task grid instead of the planner's choice (``plan_paged_attention(grid=...)``)."""
     from launcher import PagedAttentionRunner
 
     case = build_case(shape, "cpu")
@@ -56,6 +59,12 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
         backend="sim", out=torch.empty_like(case.query), checked=False, core_count=core_count,
         handoff_tokens=handoff_tokens,
     )
+    if grid is not None:
+        plan = runner.plan
+        runner.install_plan(plan_paged_attention(
+            case.context_lens, num_heads=plan.num_heads, num_kv_heads=plan.num_kv_heads, head_dim=plan.head_dim,
+            block_size=plan.block_size, max_pages=plan.max_pages, num_blocks=plan.num_blocks, scale=plan.scale,
+            dtype=plan.dtype, core_count=core_count, handoff_tokens=handoff_tokens, grid=grid))
     trace = tr.capture(runner.library.handle, runner, runner.plan.block_dim)
     return (trace, runner.plan) if with_plan else trace
 

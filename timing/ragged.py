@@ -13,14 +13,12 @@ fewer cores than the device's 24.  Predictions of the frozen model, not measurem
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
 from benchmark.shapes import ragged_shape
-from tiling import balance, planner
-from tiling.splits import one_pass_grid
+from tiling import balance
+from tiling.splits import CoreSplit, one_pass_grid
 from timing.levers import predicted_us
 from timing.model import DEFAULT, at_band_end
 from timing.predictions import trace_of
@@ -28,26 +26,16 @@ from timing.predictions import trace_of
 DEFAULT_SHAPES = "b8:8192,b16:8192,b32:8192,b32:16384,b64:4096,b64:8192,b128:4096"
 
 
-@contextmanager
-def forced_split_count(kvcn: int) -> Iterator[None]:
-    """Plans made inside use the split-KV grid of ``kvcn`` ranges (widest whole-group tasks, balanced order)."""
-    def plan(split: object, lens: np.ndarray, ascending: np.ndarray, **kw: int) -> tuple[object, np.ndarray]:
-        del split, ascending
-        heads, kv_heads, block = kw["num_heads"], kw["num_kv_heads"], kw["block_size"]
-        pages = -(-int(lens.max()) // block)
-        grid = one_pass_grid(lens.size, heads, kv_heads, balance.widest_whole_groups(heads, kv_heads),
-                             -(-pages // kvcn) * block, kvcn, kw["core_count"])
-        if grid.kv_core_num != kvcn or -(-pages // (grid.kv_split_tokens // block)) != kvcn:
-            raise ValueError(f"{pages} pages cannot be cut into exactly {kvcn} ranges of whole pages")
-        gather, _ = balance.balanced_gather(grid, lens, num_heads=heads, num_kv_heads=kv_heads, block_size=block)
-        return grid, gather
-
-    saved = planner.balance_ragged
-    planner.balance_ragged = plan  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        planner.balance_ragged = saved
+def split_count_grid(lens: np.ndarray, kvcn: int, *, num_heads: int, num_kv_heads: int, block_size: int,
+                     core_count: int) -> CoreSplit:
+    """The split-KV grid of ``kvcn`` ranges of the longest sequence, widest whole-group tasks: what
+    ``--kvcn`` passes as ``plan_paged_attention(grid=...)`` (the planner then gives it the balanced order)."""
+    pages = -(-int(lens.max()) // block_size)
+    grid = one_pass_grid(lens.size, num_heads, num_kv_heads, balance.widest_whole_groups(num_heads, num_kv_heads),
+                         -(-pages // kvcn) * block_size, kvcn, core_count)
+    if grid.kv_core_num != kvcn or -(-pages // (grid.kv_split_tokens // block_size)) != kvcn:
+        raise ValueError(f"{pages} pages cannot be cut into exactly {kvcn} ranges of whole pages")
+    return grid
 
 
 def row(entry: str, kvcn: int | None, cores: int) -> str:
@@ -57,8 +45,9 @@ def row(entry: str, kvcn: int | None, cores: int) -> str:
     if kvcn is None:
         trace, plan = trace_of(shape, cores, with_plan=True)
     else:
-        with forced_split_count(kvcn):
-            trace, plan = trace_of(shape, cores, with_plan=True)
+        grid = split_count_grid(np.asarray(shape.context_lens), kvcn, num_heads=shape.num_heads,
+                                num_kv_heads=shape.num_kv_heads, block_size=shape.block_size, core_count=cores)
+        trace, plan = trace_of(shape, cores, with_plan=True, grid=grid)
     grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num}"
     grid += f" x {plan.kv_split_tokens} tokens" if plan.kv_core_num > 1 else ""
     grid += f", {plan.split.former_head} heads/task" + ("" if kvcn is None else " (forced)")

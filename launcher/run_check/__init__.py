@@ -11,12 +11,11 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from launcher.library import DEFAULT_LIB_DIR, LIB_DIR_ENV
+from launcher.library import lib_dir
 
 #: set to 1 to keep run()'s Python checks even when the module is built (tests compare the two paths)
 DISABLE_ENV = "PA_KIT_PYTHON_RUN_CHECKS"
@@ -26,9 +25,10 @@ DISABLE_ENV = "PA_KIT_PYTHON_RUN_CHECKS"
 def load() -> ModuleType | None:
     if os.environ.get(DISABLE_ENV) == "1":
         return None
-    lib_dir = Path(os.environ.get(LIB_DIR_ENV) or DEFAULT_LIB_DIR)
+    directory = lib_dir()
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    path = next((lib_dir / f"pa_run_check{s}" for s in suffixes if (lib_dir / f"pa_run_check{s}").is_file()), None)
+    path = next((directory / f"pa_run_check{s}" for s in suffixes if (directory / f"pa_run_check{s}").is_file()),
+                None)
     if path is None:
         return None
     try:

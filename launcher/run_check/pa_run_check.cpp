@@ -7,8 +7,8 @@
  * decides only "all good": on any doubt it returns False and run() takes its Python checks, which name what
  * is wrong and raise.  On success it writes the four data pointers into the launch's argument list.
  *
- *   expect = make_expect(query, cache, table, iq, ik, iv, io)   # once per plan: shapes, dtype, device, bytes,
- *                                                               # table span, argument-list indices
+ *   expect = make_expect(query, cache_shape, table, iq, ik, iv, io)   # once per plan: shapes, dtype, device,
+ *                                                               # bytes, table span, argument-list indices
  *   ok = check(expect, query, key_cache, value_cache, out, args)   # per call
  *
  * Built by compile.sh against the installed torch (build/lib/pa_run_check*.so); TORCH_VERSION records which,
@@ -49,14 +49,26 @@ bool Unpack(PyObject *obj, at::Tensor &out)
     return true;
 }
 
-/* make_expect(query, cache, table, iq, ik, iv, io) -> capsule */
+/* make_expect(query, cache_shape, table, iq, ik, iv, io) -> capsule.  ``query`` is a tensor of the step's query
+ * shape (the runner passes its output rows), ``cache_shape`` a tuple of ints: the caches need not exist yet. */
 PyObject *MakeExpectImpl(PyObject *const *args, Py_ssize_t nargs)
 {
-    at::Tensor q, k, table;
-    if (nargs != 7 || !Unpack(args[0], q) || !Unpack(args[1], k) || !Unpack(args[2], table)) {
-        PyErr_SetString(PyExc_TypeError, "make_expect(query, cache, block_table, iq, ik, iv, io): three "
-                                         "torch.Tensor and four argument-list indices");
+    at::Tensor q, table;
+    if (nargs != 7 || !Unpack(args[0], q) || !PyTuple_Check(args[1]) || !Unpack(args[2], table)) {
+        PyErr_SetString(PyExc_TypeError, "make_expect(query, cache_shape, block_table, iq, ik, iv, io): a tensor, "
+                                         "a tuple of ints, a tensor and four argument-list indices");
         return nullptr;
+    }
+    std::vector<int64_t> cacheShape;
+    uint64_t cacheElems = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); ++i) {
+        const long long dim = PyLong_AsLongLong(PyTuple_GET_ITEM(args[1], i));
+        if (dim < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cache_shape entries must be >= 0");
+            return nullptr;
+        }
+        cacheShape.push_back(int64_t(dim));
+        cacheElems *= uint64_t(dim);
     }
     Py_ssize_t index[4];
     for (int i = 0; i < 4; ++i) {
@@ -66,13 +78,13 @@ PyObject *MakeExpectImpl(PyObject *const *args, Py_ssize_t nargs)
             return nullptr;
         }
     }
-    auto *e = new Expect{q.sizes().vec(), k.sizes().vec(), q.scalar_type(), q.device(), uint64_t(q.nbytes()),
-                         uint64_t(k.nbytes()), uint64_t(reinterpret_cast<uintptr_t>(table.data_ptr())), 0,
+    auto *e = new Expect{q.sizes().vec(), cacheShape, q.scalar_type(), q.device(), uint64_t(q.nbytes()),
+                         cacheElems * uint64_t(q.element_size()),
+                         uint64_t(reinterpret_cast<uintptr_t>(table.data_ptr())), 0,
                          {index[0], index[1], index[2], index[3]}};
     e->tableEnd = e->tableStart + uint64_t(table.nbytes());
     return PyCapsule_New(e, kCapsule, FreeExpect);
 }
-
 bool Matches(const at::Tensor &t, const std::vector<int64_t> &shape, const Expect &e)
 {
     return t.sizes().equals(shape) && t.scalar_type() == e.dtype && t.device() == e.device && t.is_contiguous();
@@ -144,7 +156,7 @@ PyObject *Check(PyObject *, PyObject *const *args, Py_ssize_t nargs)
 
 PyMethodDef kMethods[] = {
     {"make_expect", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MakeExpect)), METH_FASTCALL,
-     "make_expect(query, cache, block_table, iq, ik, iv, io) -> what check() compares against"},
+     "make_expect(query, cache_shape, block_table, iq, ik, iv, io) -> what check() compares against"},
     {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Check)), METH_FASTCALL,
      "check(expect, query, key_cache, value_cache, out, args) -> True when all is good"},
     {nullptr, nullptr, 0, nullptr}};

@@ -1,0 +1,165 @@
+"""Every rule on a decode step's sizes and options, each written once.
+
+The planner, the launcher's tensor checks (:mod:`launcher.validation`) and the runner all call these, so a bad
+input gets the same exception type and the same message whichever door it came in by.  Failures are a
+``TypeError`` (wrong kind of value) or a ``ValueError`` (wrong size or value) naming the argument, what was
+expected and what was given.  Nothing here imports torch: the launcher turns tensors into numpy first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tiling import abi
+from tiling.splits import STRATEGIES
+
+#: Element sizes of the input dtypes the kernels execute, by the planner's dtype names.
+DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
+#: Largest hand-off a plan may ask for: 64K tokens, a whole context of any shape the benchmarks run.
+MAX_HANDOFF_TOKENS = 65536
+#: Cap on how many offending entries a message lists.
+MAX_REPORTED = 5
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def validate_shape(
+    *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, max_pages: int,
+    num_blocks: int, core_count: int,
+) -> None:
+    """Reject every shape the kernels do not support (``batch`` 0 is an empty step, allowed)."""
+    _require(0 <= batch <= abi.MAX_BATCH, f"batch must be in [0, {abi.MAX_BATCH}], got {batch}")
+    _require(
+        1 <= num_heads <= abi.MAX_NUM_HEADS, f"num_heads must be in [1, {abi.MAX_NUM_HEADS}], got {num_heads}"
+    )
+    _require(num_kv_heads >= 1, f"num_kv_heads must be >= 1, got {num_kv_heads}")
+    _require(
+        num_heads % num_kv_heads == 0,
+        f"num_heads must be a multiple of num_kv_heads, got {num_heads} and {num_kv_heads}",
+    )
+    _require(
+        num_heads // num_kv_heads <= abi.MAX_GROUP,
+        f"num_heads / num_kv_heads must be <= {abi.MAX_GROUP}, got {num_heads} / {num_kv_heads}",
+    )
+    _require(
+        head_dim % abi.HEAD_DIM_ALIGN == 0 and abi.HEAD_DIM_ALIGN <= head_dim <= abi.MAX_HEAD_DIM,
+        f"head_dim must be a multiple of {abi.HEAD_DIM_ALIGN} in [{abi.HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
+        f"got {head_dim}",
+    )
+    _require(
+        block_size in abi.SUPPORTED_BLOCK_SIZES,
+        f"block_size must be one of {abi.SUPPORTED_BLOCK_SIZES}, got {block_size}",
+    )
+    _require(max_pages >= 1, f"block_table must have at least one column, got {max_pages}")
+    _require(num_blocks >= 1, f"the KV cache must hold at least one page, got num_blocks={num_blocks}")
+    validate_core_count(core_count)
+
+
+def lengths_array(context_lens: object) -> np.ndarray:
+    """A sequence of ints or an integer numpy array, as a 1-D int64 array (tensors are converted by the caller)."""
+    if isinstance(context_lens, np.ndarray):
+        if context_lens.dtype.kind not in "iu":
+            raise TypeError(f"context_lens must hold integers, got dtype {context_lens.dtype}")
+        lens = context_lens.astype(np.int64)
+    elif isinstance(context_lens, Sequence) and not isinstance(context_lens, (str, bytes)):
+        for index, item in enumerate(context_lens):
+            if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
+                raise TypeError(f"context_lens must hold ints, got {type(item).__name__} {item!r} at index {index}")
+        lens = np.fromiter((int(item) for item in context_lens), dtype=np.int64, count=len(context_lens))
+    else:
+        raise TypeError(f"context_lens must be an int32 torch.Tensor or a list of ints, got "
+                        f"{type(context_lens).__name__}")
+    _require(lens.ndim == 1, f"context_lens must be 1-D [batch], got shape {tuple(lens.shape)}")
+    return lens
+
+
+def validate_lengths(lens: np.ndarray, *, block_size: int, max_pages: int, batch: int | None = None) -> None:
+    """One length per sequence, each in ``[0, max_pages * block_size]`` (what the block table can address)."""
+    if batch is not None and lens.size != batch:
+        raise ValueError(f"context_lens must have one entry per sequence ({batch}), got {lens.size}")
+    negative = np.flatnonzero(lens < 0)
+    if negative.size:
+        index = int(negative[0])
+        raise ValueError(f"context_lens must be >= 0, got {int(lens[index])} at index {index}")
+    limit = max_pages * block_size
+    too_long = np.flatnonzero(lens > limit)
+    if too_long.size:
+        index = int(too_long[0])
+        raise ValueError(
+            f"context length at index {index} must be <= max_pages x block_size = {max_pages} x "
+            f"{block_size} = {limit} (what the block table can address), got {int(lens[index])}"
+        )
+
+
+def validate_block_ids(table: np.ndarray, lens: np.ndarray, *, block_size: int, num_blocks: int) -> None:
+    """Block ids a sequence uses (its first ``ceil(len / block_size)`` entries) lie in ``[0, num_blocks)``.
+
+    Entries past a sequence's last page are never read by the kernel and may hold anything (e.g. -1).
+    """
+    pages = -(-lens // block_size)
+    used = np.arange(table.shape[1])[None, :] < pages[:, None]
+    bad = used & ((table < 0) | (table >= num_blocks))
+    if bad.any():
+        rows, cols = np.nonzero(bad)
+        listed = ", ".join(
+            f"block_table[{r}, {c}] = {int(table[r, c])}"
+            for r, c in zip(rows[:MAX_REPORTED], cols[:MAX_REPORTED], strict=True)
+        )
+        raise ValueError(
+            f"block ids used by a sequence must be in [0, num_blocks) = [0, {num_blocks}), got {listed}"
+            f"{' ...' if rows.size > MAX_REPORTED else ''} ({int(bad.sum())} bad entries among the pages in use)"
+        )
+
+
+def validate_scale(scale: object, head_dim: int) -> float:
+    """``None`` means ``1/sqrt(head_dim)``; otherwise a finite real number."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def validate_option(name: str, value: object, allowed: Sequence[object]) -> None:
+    if isinstance(value, bool) != any(isinstance(a, bool) for a in allowed) or value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def validate_core_count(core_count: object) -> None:
+    if core_count is not None and (isinstance(core_count, bool) or not isinstance(core_count, int)
+                                   or core_count < 1):
+        raise ValueError(f"core_count must be None or an int >= 1, got {core_count!r}")
+
+
+def validate_dtype(dtype: object) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+
+
+def validate_plan_options(*, strategy: object, batch_invariant: object, handoff_tokens: object) -> None:
+    """``strategy``, ``batch_invariant`` and ``handoff_tokens`` and how they combine."""
+    validate_option("strategy", strategy, STRATEGIES)
+    if not isinstance(batch_invariant, bool):
+        raise TypeError(f"batch_invariant must be a bool, got {batch_invariant!r}")
+    if batch_invariant and strategy != "auto":
+        raise ValueError(f"batch_invariant=True pins the task grid; strategy must be 'auto', got {strategy!r}")
+    if handoff_tokens is None:
+        return
+    if isinstance(handoff_tokens, bool) or not isinstance(handoff_tokens, int):
+        raise TypeError(f"handoff_tokens must be an int or None, got {handoff_tokens!r}")
+    if handoff_tokens < 0 or handoff_tokens % abi.HANDOFF_ALIGN_TOKENS:
+        raise ValueError(f"handoff_tokens must be 0 (ABI v1 scratch) or a positive multiple of "
+                         f"{abi.HANDOFF_ALIGN_TOKENS}, got {handoff_tokens}")
+    if handoff_tokens > MAX_HANDOFF_TOKENS:
+        raise ValueError(f"handoff_tokens must be at most {MAX_HANDOFF_TOKENS}, got {handoff_tokens}")
+    if batch_invariant and handoff_tokens not in (0, abi.DEFAULT_HANDOFF_TOKENS):
+        raise ValueError(f"batch_invariant=True pins the hand-off at {abi.DEFAULT_HANDOFF_TOKENS} tokens, "
+                         f"got handoff_tokens={handoff_tokens}")
