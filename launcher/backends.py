@@ -39,6 +39,8 @@ class Backend(ABC):
     name: str
     #: ``torch.device.type`` every tensor of a launch must have.
     device_type: str
+    #: Whether host staging buffers are pinned (asynchronous uploads need it on a device).
+    pins_host_memory: bool = False
 
     def __init__(self, library: str | os.PathLike[str] | None = None) -> None:
         self._library_override = library
@@ -158,6 +160,7 @@ class NpuBackend(Backend):
 
     name = "npu"
     device_type = "npu"
+    pins_host_memory = True
 
     def _library_path(self) -> str | os.PathLike[str]:
         return self._library_override or os.environ.get(NPU_LIB_ENV) or library_path(self.name)

@@ -141,10 +141,14 @@ class PagedAttentionRunner:
             host = table if table is not None else self._device.table[:rows, :cols]
             rules.validate_block_ids(host.detach().cpu().numpy(), lens, block_size=cap.block_size,
                                      num_blocks=cap.num_blocks)
-        if lens.size == 0:
+        if lens.size == 0:  # an empty step: run() returns an empty output and launches nothing
             self._device.stage_table(table, rows, cols)
             self.plan = None
             self._step_rows(0)
+            self._args = (0, self._stream_handle, *[None] * abi.NUM_PTR_ARGS)
+            self._run_args, self._extents = list(self._args), (0,) * abi.NUM_PTR_ARGS
+            self._launch = self._zero_state = None
+            self._empty_rows = None
             return
         plan = plan_paged_attention(
             lens, num_heads=cap.num_heads, num_kv_heads=cap.num_kv_heads, head_dim=cap.head_dim,

@@ -117,7 +117,7 @@ class DeviceState:
         self.workspace: dict[abi.ArgSlot, torch.Tensor] = {}
         words = abi.tiling_words(capacity.max_batch)
         self._tiling = torch.empty(words, dtype=torch.int32, device=dev)
-        pin = dev.type != "cpu"
+        pin = backend.pins_host_memory and dev.type != "cpu"
         self._stages = [torch.empty(words, dtype=torch.int32, pin_memory=pin) for _ in range(STAGES)]
         self._events: list[Any] = [backend.make_event() for _ in range(STAGES)]
         self._next_stage = 0
