@@ -179,7 +179,8 @@ class PagedAttentionRunner:
 
     def _step_rows(self, batch: int) -> None:
         self.batch = batch
-        self.out = self._device.out[:batch]
+        full = self._device.out
+        self.out = full if batch == full.shape[0] else full[:batch]
         self.block_table = self._device.table[:batch]
         self._expect = RunExpect.of(self.out, self.capacity.cache_shape, self._device.table)
         self._fast_expect = None if self._fast is None else self._fast.make_expect(
