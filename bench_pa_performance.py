@@ -26,7 +26,6 @@ import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from benchmark import bytes_model
 from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers, parse_external
 from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
 from benchmark.device import (
@@ -40,7 +39,10 @@ from benchmark.device import (
     other_processes_share,
 )
 from benchmark.report import PA_KIT, SCHEMA_VERSION, BenchReport, read_json, render, write_json
-from benchmark.shapes import (
+from benchmark.suite import Suite, SuiteOptions, measure_launch_overhead
+from benchmark.timing import STATISTICS, TimingPolicy
+from workloads import bytes_model
+from workloads.shapes import (
     BLOCK_SIZE,
     DEFAULT_SEED,
     DTYPES,
@@ -52,8 +54,6 @@ from benchmark.shapes import (
     shape_set,
     uniform_shape,
 )
-from benchmark.suite import Suite, SuiteOptions, measure_launch_overhead
-from benchmark.timing import STATISTICS, TimingPolicy
 
 EXIT_PA_KIT_FAILED = 3
 SINGLE_SHAPE_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "ctx", "block_size", "dtype")

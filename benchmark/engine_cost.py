@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.shapes import RAGGED_MIN_TOKENS, ragged_shape
+from workloads.shapes import RAGGED_MIN_TOKENS, ragged_shape
 
 NS_PER_US = 1e3
 #: Sequences that leave and join per step, at most (each drawn uniformly from 0..this).
 CHURN = 3
 #: Headroom of the runner's capacity over the starting batch.
 BATCH_HEADROOM = 16
-#: The loop's shape: b64 ragged, lengths log-uniform in 16..4K (``benchmark.shapes.ragged_shape``).
+#: The loop's shape: b64 ragged, lengths log-uniform in 16..4K (``workloads.shapes.ragged_shape``).
 ENGINE_BATCH = 64
 ENGINE_MAX_TOKENS = 4096
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from timing import trace as tr
 from timing.model import DEFAULT
+from timing.published import published_ifa_us
 from timing.replay import Prediction, replay
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "timing" / "published.json"
 HBM_NOMINAL_BYTES_PER_S = DEFAULT.hbm_peak_bytes_per_s
 
 
@@ -30,21 +29,6 @@ class Predicted:
     figures: dict[str, Any]
     spans: list[tuple[int, int, int, int, float, float]]
     op_names: tuple[str, ...]
-
-
-@cache
-def _published() -> tuple[dict[str, Any], ...]:
-    if not PUBLISHED.exists():
-        return ()
-    return tuple(json.loads(PUBLISHED.read_text())["records"])
-
-
-def published_ifa_us(shape_id: str) -> float | None:
-    """IFA's published time for this shape (the target to beat), or None."""
-    for rec in _published():
-        if rec.get("shape_id") == shape_id and rec.get("role") == "target":
-            return float(rec["time_us"])
-    return None
 
 
 def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: str, total_bytes: int,

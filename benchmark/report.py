@@ -8,7 +8,7 @@ JSON schema (``schema_version`` 1), one object:
 * ``versions``: ``pa_kit``, ``abi_python``, ``abi_library``, ``python``, ``numpy``, ``torch`` (+ ``torch_npu``,
   ``cann`` on an NPU);
 * ``timing``: the :class:`~benchmark.timing.TimingPolicy` fields and ``description``;
-* ``bytes_model``: the model's one-line description (``benchmark/bytes_model.py``);
+* ``bytes_model``: the model's one-line description (``workloads/bytes_model.py``);
 * ``launch_overhead``: host microseconds per launch of the runner's path into the no-op entry (also with a
   split-KV plan, and ``run_noop_us``: ``runner.run`` on other tensors), and of a bare cached ctypes call of
   that entry;

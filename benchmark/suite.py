@@ -15,10 +15,7 @@ from typing import Any
 import torch
 
 from accuracy.reference import Reference
-from benchmark import bytes_model
 from benchmark.baselines import (
-    BenchCase,
-    build_case,
     golden,
     max_abs_error,
     prepare_baseline,
@@ -28,10 +25,12 @@ from benchmark.baselines import (
 from benchmark.device import DeviceInfo
 from benchmark.predict import Predicted, predict
 from benchmark.report import PA_KIT, STATUS_INACCURATE, STATUS_OK, BenchRecord, LaunchOverhead
-from benchmark.shapes import BenchShape, uniform_shape
 from benchmark.sim_figures import read_sim_figures
 from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
 from launcher import run_check
+from workloads import bytes_model
+from workloads.cases import BenchCase, build_case
+from workloads.shapes import BenchShape, uniform_shape
 
 PA_KIT_CHECKED = "pa-kit checked"
 PA_KIT_INVARIANT = "pa-kit invariant"

@@ -19,11 +19,9 @@ import torch
 from fake_torch_npu import fake_torch_npu
 
 import bench_pa_performance
-from benchmark import bytes_model, compare, report, shapes, timing
+from benchmark import compare, report, timing
 from benchmark.baselines import (
-    BenchCase,
     available_npu_peers,
-    build_case,
     golden,
     max_abs_error,
     prepare_baseline,
@@ -32,6 +30,8 @@ from benchmark.baselines import (
 )
 from benchmark.device import DeviceInfo
 from tiling import abi
+from workloads import bytes_model, shapes
+from workloads.cases import BenchCase, build_case
 
 REPO = Path(__file__).resolve().parent.parent
 

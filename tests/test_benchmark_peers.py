@@ -17,10 +17,8 @@ import pytest
 import torch
 from fake_torch_npu import check_fia_tnd, fake_torch_npu
 
-from benchmark import report, shapes
+from benchmark import report
 from benchmark.baselines import (
-    BenchCase,
-    build_case,
     fia_arguments,
     golden,
     max_abs_error,
@@ -30,6 +28,8 @@ from benchmark.baselines import (
     within_tolerance,
 )
 from launcher.library import library_path
+from workloads import shapes
+from workloads.cases import BenchCase, build_case
 
 REPO = Path(__file__).resolve().parent.parent
 Calls = list[tuple[str, tuple[Any, ...], dict[str, Any]]]

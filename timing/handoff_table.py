@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmark.shapes import uniform_shape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention
 from timing.predictions import predict_shape
+from workloads.shapes import uniform_shape
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, ELEM_BYTES = 32, 8, 128, 128, 2
 

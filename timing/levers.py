@@ -27,13 +27,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmark import bytes_model
-from benchmark.shapes import pr_shapes
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import DEFAULT, ModelConstants, at_band_end
 from timing.predictions import trace_of
 from timing.replay import replay
+from workloads import bytes_model
+from workloads.shapes import pr_shapes
 
 KV_SLOTS = (1, 2)  # kernel ABI: k, v
 DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16",

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from benchmark.shapes import BenchShape, pr_shapes
 from tiling import abi, splits
 from timing.costs import load_cost_tables
 from timing.model import DEFAULT, at_band_end
 from timing.predictions import trace_of
 from timing.replay import replay
+from workloads.shapes import BenchShape, pr_shapes
 
 
 @dataclass(frozen=True)

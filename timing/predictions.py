@@ -20,16 +20,16 @@ from typing import Any, Literal, overload
 
 import torch
 
-from benchmark import bytes_model
-from benchmark.baselines import build_case
-from benchmark.predict import published_ifa_us
-from benchmark.shapes import BenchShape, pr_shapes
 from tiling import PagedAttentionPlan, plan_paged_attention
 from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import BANDS, DEFAULT, at_band_end
+from timing.published import published_ifa_us
 from timing.replay import replay
+from workloads import bytes_model
+from workloads.cases import build_case
+from workloads.shapes import BenchShape, pr_shapes
 
 OUT = Path(__file__).resolve().parent / "predictions.json"
 #: rule 3: the best measured kernel of the paged [blocks, block_size, Hkv, D] pattern (simpler, b64 ctx 2K)

@@ -3,7 +3,7 @@ levers' balanced-cores bound (every core ending at the mean, but not before HBM 
 
     python -m timing.ragged [--shapes b64:4096,b32:16384] [--kvcn 5,7,11] [--cores 24]
 
-Each entry is ``batch:longest`` for ``benchmark.shapes.ragged_shape`` (lengths log-uniform from 16 tokens,
+Each entry is ``batch:longest`` for ``workloads.shapes.ragged_shape`` (lengths log-uniform from 16 tokens,
 h32/kv8, D 128, pages of 128, fp16, the default seed).  ``--kvcn`` replaces the planner's grid by the split-KV
 grid of the widest whole-group tasks with that many ranges of the longest sequence, in the balanced order
 (``tiling.balance``): how the planner's choice compares with the counts it passed over.  ``--cores`` plans for
@@ -16,12 +16,12 @@ import argparse
 
 import numpy as np
 
-from benchmark.shapes import ragged_shape
 from tiling import balance
 from tiling.splits import CoreSplit, one_pass_grid
 from timing.levers import predicted_us
 from timing.model import DEFAULT, at_band_end
 from timing.predictions import trace_of
+from workloads.shapes import ragged_shape
 
 DEFAULT_SHAPES = "b8:8192,b16:8192,b32:8192,b32:16384,b64:4096,b64:8192,b128:4096"
 

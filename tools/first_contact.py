@@ -135,7 +135,7 @@ def step_accuracy(ctx: Context) -> StepResult:
 
 
 def find_shape(shape_id: str):  # -> BenchShape
-    from benchmark.shapes import SHAPE_SETS, shape_set
+    from workloads.shapes import SHAPE_SETS, shape_set
 
     for name in SHAPE_SETS:
         for shape in shape_set(name):
@@ -148,8 +148,8 @@ def launches_identical(shape, backend: str, launches: int) -> tuple[int, str]:
     """(launches whose output differs in any bit from the first one's, a note).  Why NaN first: see module."""
     import torch
 
-    from benchmark.baselines import build_case
     from launcher import PagedAttentionRunner
+    from workloads.cases import build_case
 
     case = build_case(shape, "npu" if backend == "npu" else "cpu")
     out = torch.empty_like(case.query)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmark.shapes import BenchShape
+from workloads.shapes import BenchShape
 
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 BLOCK_TABLE_ENTRY_BYTES = 4
