@@ -89,6 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        help="time an external ATB-ABI kernel library as a peer, rows named NAME (repeatable); on "
                             "mock/sim it must speak the mock protocol")
     timing = p.add_argument_group("timing")
+    timing.add_argument("--engine-steps", type=int, default=128,
+                        help="steps of the engine loop whose host cost is reported (update per step, run per "
+                             "layer, ragged b64 with the batch changing each step; 0: skip)")
     timing.add_argument("--stat", choices=STATISTICS, default="median",
                         help="median of per-launch times (default) or mean; --no-flush --stat mean is the "
                              "published method (one timed window of back-to-back launches)")
@@ -212,6 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"launch overhead: {overhead.runner_noop_us or 0:.2f} µs per runner launch into call_kernel_noop "
         f"({overhead.split_kv_runner_noop_us or 0:.2f} µs split-KV, {overhead.run_noop_us or 0:.2f} µs per run() "
         f"with a BN plan){'; ' + overhead.note if overhead.note else ''}")
+    engine: dict[str, object] = {}
+    if args.engine_steps:
+        from benchmark.engine_cost import engine_cost
+
+        cost = engine_cost(backend, steps=args.engine_steps, device="npu" if backend == "npu" else "cpu")
+        engine = cost.as_dict()
+        log(cost.summary())
     suite = Suite(options, device, log=log)
     records = []
     start = cpu_snapshot()
@@ -230,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         command=reproduce_command(argv, backend), device=device, versions=collect_versions(backend),
         timing={**asdict(policy), "description": policy.describe()}, bytes_model=bytes_model.DESCRIPTION,
         launch_overhead=overhead, records=tuple(records),
-        extras=extras,
+        extras=extras, engine=engine,
     )
     print(render(report), flush=True)
     if args.trace:

@@ -60,7 +60,8 @@ def _p99(values: list[float]) -> float:
     return float(np.percentile(np.asarray(values), 99))
 
 
-def engine_cost(backend: str = "mock", *, steps: int = 128, layers: int = 4, seed: int = 0) -> EngineCost:
+def engine_cost(backend: str = "mock", *, steps: int = 128, layers: int = 4, seed: int = 0,
+                device: str = "cpu") -> EngineCost:
     from benchmark.suite import noop_backend
     from launcher import PagedAttentionRunner, run_check
 
@@ -72,9 +73,10 @@ def engine_cost(backend: str = "mock", *, steps: int = 128, layers: int = 4, see
     runner = PagedAttentionRunner.for_engine(
         num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
         block_size=shape.block_size, dtype=torch.float16, max_batch=max_batch, max_pages_per_seq=max_pages,
-        num_blocks=num_blocks, backend=noop_backend(backend), checked=False)
-    cache = torch.empty(num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim, dtype=torch.float16)
-    queries = torch.randn(max_batch, shape.num_heads, shape.head_dim).half()
+        num_blocks=num_blocks, backend=noop_backend(backend), checked=False, device=device)
+    cache = torch.empty(num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim, dtype=torch.float16,
+                        device=device)
+    queries = torch.randn(max_batch, shape.num_heads, shape.head_dim).half().to(device)
     free = list(range(num_blocks))
     rng.shuffle(free)
     lens = list(shape.context_lens)
@@ -93,7 +95,7 @@ def engine_cost(backend: str = "mock", *, steps: int = 128, layers: int = 4, see
             lens.append(round(math.exp(rng.uniform(math.log(RAGGED_MIN_TOKENS), math.log(ENGINE_MAX_TOKENS)))))
             pages.append([free.pop() for _ in range(max_pages)])
         lens = [n + 1 for n in lens]
-        table = torch.tensor(pages, dtype=torch.int32)
+        table = torch.tensor(pages, dtype=torch.int32).to(device)
         start = time.perf_counter_ns()
         runner.update(lens, table)
         update_us.append((time.perf_counter_ns() - start) / NS_PER_US)

@@ -108,6 +108,8 @@ class BenchReport:
     launch_overhead: LaunchOverhead
     records: tuple[BenchRecord, ...]
     extras: dict[str, Any] = field(default_factory=dict)
+    #: The engine loop's host cost (``benchmark.engine_cost.EngineCost.as_dict``); empty when not measured.
+    engine: dict[str, Any] = field(default_factory=dict)
 
     def pa_kit_records(self) -> dict[str, BenchRecord]:
         return {r.shape_id: r for r in self.records if r.implementation == PA_KIT}
@@ -133,6 +135,7 @@ class BenchReport:
             launch_overhead=LaunchOverhead(**_known(LaunchOverhead, data["launch_overhead"])),
             records=tuple(BenchRecord(**_known(BenchRecord, r)) for r in data["records"]),
             extras=dict(data.get("extras", {})),
+            engine=dict(data.get("engine", {})),
         )
 
 
@@ -225,6 +228,7 @@ def render_header(report: BenchReport) -> str:
         f"run():    {run_us} µs per runner.run(q, k, v, out) into call_kernel_noop with a BN plan, {run_over} µs "
         f"over the bare call (per-layer path of a decode step: argument checks + launch; "
         f"{lo.run_checks or 'unknown'} checks)",
+        f"engine:   {_engine_line(report.engine)}",
         f"timing:   {report.timing.get('description', '')}",
         f"bytes:    {report.bytes_model}",
         f"command:  {report.command}",
@@ -232,6 +236,16 @@ def render_header(report: BenchReport) -> str:
     for key, value in report.extras.items():
         lines.append(f"{key}: {value}")
     return "\n".join(lines)
+
+
+def _engine_line(engine: dict[str, Any]) -> str:
+    if not engine:
+        return "not measured (--engine-steps 0)"
+    return (f"update {engine['update_mean_us']:.0f} µs mean / {engine['update_p99_us']:.0f} µs p99 per step, "
+            f"run {engine['run_mean_us']:.1f} µs mean / {engine['run_p99_us']:.1f} µs p99 per layer (host, "
+            f"launches into call_kernel_noop): {engine['steps']} steps x {engine['layers']} layers of "
+            f"{engine['shape']}, batch {engine['batch_min']}-{engine['batch_max']} changing each step, "
+            f"{engine['checks']} run() checks")
 
 
 def render_device_figures(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:

@@ -128,7 +128,9 @@ def _report(records: list[report.BenchRecord], device: DeviceInfo = DEVICE, stat
         command="python bench_pa_performance.py", device=device, versions={"pa_kit": "0.1.0", "abi_python": 1},
         timing={"statistic": stat, "l2_flush": flush, "description": "d"}, bytes_model=bytes_model.DESCRIPTION,
         launch_overhead=report.LaunchOverhead(2.5, 1.4, "probe", note="n"), records=tuple(records),
-        extras={"k": "v"},
+        extras={"k": "v"}, engine={"update_mean_us": 200.0, "update_p99_us": 400.0, "run_mean_us": 3.0,
+                                   "run_p99_us": 5.0, "steps": 8, "layers": 2, "shape": "b64", "batch_min": 60,
+                                   "batch_max": 66, "checks": "compiled"},
     )
 
 
@@ -139,7 +141,9 @@ def test_json_round_trip(tmp_path: Path) -> None:
     report.write_json(original, path)
     data = json.loads(path.read_text())
     assert data["schema_version"] == report.SCHEMA_VERSION
-    assert {"device", "versions", "command", "bytes_model", "timing", "launch_overhead", "records"} <= set(data)
+    assert {"device", "versions", "command", "bytes_model", "timing", "launch_overhead", "records",
+            "engine"} <= set(data)
+    assert "update 200 µs mean / 400 µs p99 per step" in report.render_header(original)
     assert data["device"]["kind"] == DEVICE.kind
     assert data["records"][0]["time_ms"] == 1.25 and data["records"][0]["implementation"] == "pa-kit"
     assert report.read_json(path) == original
@@ -414,3 +418,15 @@ def test_plot_groups_bars_per_shape_in_a_readable_unit(tmp_path: Path) -> None:
     path = tmp_path / "bars.png"
     plot.plot_report(_report(records), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_engine_cost_reports_update_and_run_per_step() -> None:
+    """The engine loop's host cost: the batch really changes step to step, and every figure is positive."""
+    from benchmark.engine_cost import engine_cost
+
+    cost = engine_cost("mock", steps=12, layers=2)
+    assert cost.batch_min < cost.batch_max, "the batch size must change"
+    assert 0 < cost.update_mean_us <= cost.update_p99_us * 1.0001
+    assert 0 < cost.run_mean_us <= cost.run_p99_us * 1.0001
+    data = cost.as_dict()  # the benchmark's JSON carries this as "engine" (test_json_round_trip)
+    assert set(data) >= {"update_mean_us", "update_p99_us", "run_mean_us", "run_p99_us"}

@@ -231,6 +231,6 @@ def plan_paged_attention(
         kv_split_tokens=split.kv_split_tokens, kv_core_num=split.kv_core_num, tile_tokens=tile.tile_tokens,
         split=split, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
-        context_lens=tuple(int(n) for n in lens), batch_invariant=batch_invariant,
+        context_lens=tuple(lens.tolist()), batch_invariant=batch_invariant,
         handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS,
     )

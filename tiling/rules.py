@@ -68,10 +68,19 @@ def lengths_array(context_lens: object) -> np.ndarray:
             raise TypeError(f"context_lens must hold integers, got dtype {context_lens.dtype}")
         lens = context_lens.astype(np.int64)
     elif isinstance(context_lens, Sequence) and not isinstance(context_lens, (str, bytes)):
-        for index, item in enumerate(context_lens):
-            if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-                raise TypeError(f"context_lens must hold ints, got {type(item).__name__} {item!r} at index {index}")
-        lens = np.fromiter((int(item) for item in context_lens), dtype=np.int64, count=len(context_lens))
+        try:  # the fast path: a list of Python ints becomes int64 in one call, anything else raises or widens
+            lens = np.array(context_lens, dtype=np.int64) if all(type(n) is int for n in context_lens) else None
+        except OverflowError:
+            lens = None
+        if lens is None:
+            for index, item in enumerate(context_lens):
+                if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
+                    raise TypeError(f"context_lens must hold ints, got {type(item).__name__} {item!r} at index "
+                                    f"{index}")
+            huge = next((n for n in context_lens if not -(1 << 63) <= int(n) < (1 << 63)), None)
+            if huge is not None:
+                raise ValueError(f"context_lens must fit in 64 bits, got {huge}")
+            lens = np.fromiter((int(item) for item in context_lens), dtype=np.int64, count=len(context_lens))
     else:
         raise TypeError(f"context_lens must be an int32 torch.Tensor or a list of ints, got "
                         f"{type(context_lens).__name__}")
