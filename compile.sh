@@ -14,6 +14,8 @@
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
 #                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
+#   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
+#                 the coverage list and the differential harnesses against pto-isa's CPU implementations)
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
@@ -106,6 +108,21 @@ build_sim() {
     fi
 }
 
+# The A2/A3 intrinsic emulator, the kernel compiled against it, and the differential harnesses.
+build_emu() {
+    local script="$ROOT/kernel/npu/emu/build_emu.sh" out rc=0
+    out="$(FORCE="${FORCE:-}" bash "$script" "$BUILD_DIR" 2>&1)" || rc=$?
+    printf '%s\n' "$out"
+    if [[ $rc -ne 0 ]]; then
+        record "A2/A3 intrinsic emulator: FAILED (kernel/npu/emu/build_emu.sh exited $rc)"
+        STATUS=1
+    elif printf '%s\n' "$out" | grep -q "skipped"; then
+        record "A2/A3 intrinsic emulator: $(printf '%s\n' "$out" | tail -n 1 | sed 's/^\[build_emu\] //')"
+    else
+        record "A2/A3 intrinsic emulator: built (build/lib/libpa_emu.so, kernel objects, differential harnesses)"
+    fi
+}
+
 # The A2/A3 compile check (kernel/npu/check_a2a3.sh): the kernel against pto-isa's A2/A3 implementations.
 check_a2a3() {
     local script="$ROOT/kernel/npu/check_a2a3.sh" out rc=0
@@ -185,6 +202,7 @@ main() {
     build_mock
     build_run_check
     build_sim
+    build_emu
     check_a2a3
     build_npu
     say "summary:"

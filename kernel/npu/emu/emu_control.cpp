@@ -1,0 +1,174 @@
+/*
+ * Control intrinsics: vector mask and its mode, CTRL, intra-core flags and barriers, cross-core counters,
+ * core ids; plus the field check every intrinsic's Field<T> arguments go through.
+ *
+ * Flags execute in program order here (one instruction stream per core): a set of a (src, dst, event) bit
+ * already set is a fault (the device leaves it undefined and a later PIPE_ALL barrier hangs), and a wait on
+ * a bit nobody set is a deadlock in program order, also a fault.  A cross-core wait on a zero counter asks
+ * the scheduler hook (a simulation that runs the other cores) and faults as a deadlock when there is none.
+ */
+#include <string>
+
+#include "emu_core.hpp"
+#include "emu_intrinsics.hpp"
+
+namespace pa::emu {
+
+template <typename T>
+T Field<T>::Get(const char *intrinsic, int pipe, const char *name) const
+{
+    if (negative) Raise(intrinsic, Pipe(pipe), name, raw, "negative value for an unsigned field");
+    CheckField(intrinsic, Pipe(pipe), name, raw, unsigned(8 * sizeof(T)));
+    return static_cast<T>(raw);
+}
+template struct Field<uint8_t>;
+template struct Field<uint16_t>;
+template struct Field<uint32_t>;
+
+void Unemulated(const char *intrinsic)
+{
+    Raise(intrinsic, Pipe::S, "intrinsic", 0, "not executed by the emulator (no row in SEMANTICS.md)");
+}
+
+void Trap() { Raise("trap", Pipe::S, "assert", 0, "a pto-isa run-time check failed (trap)"); }
+
+using CrossWaitHook = bool (*)(int flag);
+namespace {
+CrossWaitHook g_cross_wait = nullptr;
+
+/* pipe_t values of the device toolchain as pto-isa's qualifiers define them, plus PIPE_FIX (7 here). */
+Pipe PipeOf(int pipe, const char *intrinsic)
+{
+    switch (pipe) {
+        case 0: return Pipe::S;
+        case 1: return Pipe::V;
+        case 2: return Pipe::MTE1;
+        case 3: return Pipe::MTE2;
+        case 4: return Pipe::MTE3;
+        case 5: return Pipe::M;
+        case 6: return Pipe::ALL;
+        case 7: return Pipe::FIX;
+        default: Raise(intrinsic, Pipe::S, "pipe", uint64_t(pipe), "not a pipe");
+    }
+}
+}  // namespace
+
+void SetCrossWaitHook(CrossWaitHook hook) { g_cross_wait = hook; }
+
+}  // namespace pa::emu
+
+using namespace pa::emu;
+
+void set_mask_count()
+{
+    Current().mask_counter = true;
+    Report({"set_mask_count", Pipe::S, {}});
+}
+
+void set_mask_norm()
+{
+    Current().mask_counter = false;
+    Report({"set_mask_norm", Pipe::S, {}});
+}
+
+void set_vector_mask(uint64_t maskHigh, uint64_t maskLow)
+{
+    Core &core = Current();
+    core.mask_hi = maskHigh;
+    core.mask_lo = maskLow;
+    Report({"set_vector_mask", Pipe::S, {}});
+}
+
+int64_t get_ctrl()
+{
+    Report({"get_ctrl", Pipe::S, {}});
+    return int64_t(Current().ctrl);
+}
+
+void set_ctrl(uint64_t config)
+{
+    Current().ctrl = config;
+    Report({"set_ctrl", Pipe::S, {}});
+}
+
+int64_t sbitset0(int64_t value, int64_t bit)
+{
+    CheckRange("sbitset0", Pipe::S, "bit", uint64_t(bit), 0, 63);
+    return int64_t(uint64_t(value) & ~(1ull << bit));
+}
+
+int64_t sbitset1(int64_t value, int64_t bit)
+{
+    CheckRange("sbitset1", Pipe::S, "bit", uint64_t(bit), 0, 63);
+    return int64_t(uint64_t(value) | (1ull << bit));
+}
+
+void pipe_barrier(int pipe)
+{
+    const Pipe p = PipeOf(pipe, "pipe_barrier");
+    if (p == Pipe::S) Raise("pipe_barrier", p, "pipe", uint64_t(pipe), "PIPE_S has no barrier");
+    Report({"pipe_barrier", p, {}});
+}
+
+void set_flag(int srcPipe, int dstPipe, int event)
+{
+    const Pipe src = PipeOf(srcPipe, "set_flag"), dst = PipeOf(dstPipe, "set_flag");
+    CheckRange("set_flag", src, "event", uint64_t(event), 0, kEvents - 1);
+    uint8_t &bit = Current().flag[int(src)][int(dst)][event];
+    if (bit) {
+        Raise("set_flag", src, "event", uint64_t(event),
+              std::string("flag ") + PipeName(src) + "->" + PipeName(dst) + " set twice without a wait");
+    }
+    bit = 1;
+    Report({"set_flag", src, {}});
+}
+
+void wait_flag(int srcPipe, int dstPipe, int event)
+{
+    const Pipe src = PipeOf(srcPipe, "wait_flag"), dst = PipeOf(dstPipe, "wait_flag");
+    CheckRange("wait_flag", dst, "event", uint64_t(event), 0, kEvents - 1);
+    uint8_t &bit = Current().flag[int(src)][int(dst)][event];
+    if (!bit) {
+        Raise("wait_flag", dst, "event", uint64_t(event),
+              std::string("DEADLOCK: waits for flag ") + PipeName(src) + "->" + PipeName(dst) +
+                  " that no earlier instruction of this core set");
+    }
+    bit = 0;
+    Report({"wait_flag", dst, {}});
+}
+
+void ffts_cross_core_sync(int pipe, uint64_t config)
+{
+    const Pipe p = PipeOf(pipe, "ffts_cross_core_sync");
+    if (p == Pipe::S || p == Pipe::ALL) {
+        Raise("ffts_cross_core_sync", p, "pipe", uint64_t(pipe), "must be V, M, MTE1, MTE2, MTE3 or FIX");
+    }
+    CheckField("ffts_cross_core_sync", p, "config", config, 16);
+    if ((config & 1) == 0) Raise("ffts_cross_core_sync", p, "config", config, "bit 0 (valid) is clear");
+    Report({"ffts_cross_core_sync", p, {}});
+    /* The counters of the receiving cores are the scheduler's (a simulation of several cores); alone, the
+     * message is recorded by the issue hook only. */
+}
+
+void wait_flag_dev(int64_t flagId)
+{
+    CheckRange("wait_flag_dev", Pipe::S, "flag", uint64_t(flagId), 0, kCrossFlags - 1);
+    Core &core = Current();
+    if (core.cross[flagId] == 0 && (g_cross_wait == nullptr || !g_cross_wait(int(flagId)))) {
+        Raise("wait_flag_dev", Pipe::S, "flag", uint64_t(flagId),
+              "DEADLOCK: the cross-core counter is 0 and no other core can raise it");
+    }
+    --core.cross[flagId];
+    Report({"wait_flag_dev", Pipe::S, {}});
+}
+
+void set_ffts_base_addr(uint64_t address)
+{
+    CheckField("set_ffts_base_addr", Pipe::S, "address", address, 48);
+    Current().ffts_base = address;
+    Report({"set_ffts_base_addr", Pipe::S, {}});
+}
+
+int64_t get_block_idx() { return Current().block; }
+int64_t get_subblockid() { return Current().sub; }
+int64_t get_block_num() { return 1; }

@@ -1,0 +1,114 @@
+/*
+ * The state of an emulated A2/A3 AI core and the checks every intrinsic shares.
+ *
+ * An AI core here is one cube core or one of its two vector cores, each with the on-chip buffers that core
+ * has (vector: UB; cube: L1, L0A, L0B, L0C), sized from a per-SoC table, and the control state the
+ * intrinsics read (vector mask and its mode, CTRL, the FMATRIX registers, ND_PARA, intra-core flags,
+ * cross-core counters).  Global memory is host memory.
+ *
+ * On-chip operands arrive as pointers whose value is the byte offset in their buffer, as on the device
+ * (pto-isa's TASSIGN turns the integer offset into the tile's pointer).  Because an offset-0 tile would be a
+ * null pointer, which pto-isa's cost-model build replaces by a host allocation, callers may set kOnChipTag
+ * in the value; the decoder strips it.  A value of 2^32 or more without the tag is a host pointer where an
+ * on-chip address was expected: a fault.
+ *
+ * A fault is a C++ exception (pa::emu::Fault) naming the intrinsic, the core, the pipe, the operand and the
+ * value; the C entry points catch it and return an error code, so nothing here aborts or wraps silently.
+ */
+#ifndef PA_EMU_CORE_HPP
+#define PA_EMU_CORE_HPP
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pa::emu {
+
+enum class Space : uint8_t { GM, UB, L1, L0A, L0B, L0C };
+enum class Pipe : uint8_t { S, V, M, MTE1, MTE2, MTE3, FIX, ALL };
+enum class CoreKind : uint8_t { Cube, Vector };
+
+inline constexpr uint64_t kOnChipTag = 1ull << 56;
+inline constexpr uint64_t kHostPointerFloor = 1ull << 32;
+inline constexpr int kPipes = 8;
+inline constexpr int kEvents = 8;
+inline constexpr int kCrossFlags = 16;
+inline constexpr int kCrossCounterMax = 15;
+
+const char *SpaceName(Space space);
+const char *PipeName(Pipe pipe);
+
+/* Buffer sizes and cluster counts per SoC (A2: Atlas 800T/900 A2 = 910B1..B4; A3: one die). */
+struct SocSpec {
+    const char *name;
+    uint32_t ub_bytes, l1_bytes, l0a_bytes, l0b_bytes, l0c_bytes;
+    int clusters;
+};
+const SocSpec &Soc(const char *name);
+
+struct Core {
+    CoreKind kind = CoreKind::Vector;
+    int block = 0;
+    int sub = 0;
+    std::vector<uint8_t> ub, l1, l0a, l0b, l0c;
+    bool mask_counter = false;             /* set_mask_count / set_mask_norm */
+    uint64_t mask_hi = ~0ull, mask_lo = ~0ull;
+    uint64_t ctrl = 0;                     /* CTRL: bit 48 float saturation off when 1, bit 59 int truncation */
+    uint64_t fmatrix = 0, fmatrix_b = 0;   /* set_fmatrix / set_fmatrix_b */
+    bool fmatrix_set = false, fmatrix_b_set = false;
+    uint64_t nd_para = 0;                  /* set_nd_para */
+    bool nd_para_set = false;
+    uint8_t flag[kPipes][kPipes][kEvents] = {};
+    uint8_t cross[kCrossFlags] = {};
+    uint64_t ffts_base = 0;
+};
+
+/* A core of `kind` for `soc`, its buffers filled with a seeded hostile pattern (never zero: NaN payloads and
+ * random bytes), as on-chip memory is on a device after the previous kernel. */
+Core MakeCore(const SocSpec &soc, CoreKind kind, int block, int sub, uint64_t seed);
+Core &Current();
+void SetCurrent(Core *core);
+
+struct Fault : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void Raise(const char *intrinsic, Pipe pipe, const char *operand, uint64_t value,
+                        const std::string &why);
+/* The value must fit an unsigned field of `bits` bits. */
+void CheckField(const char *intrinsic, Pipe pipe, const char *field, uint64_t value, unsigned bits);
+void CheckRange(const char *intrinsic, Pipe pipe, const char *field, uint64_t value, uint64_t lo, uint64_t hi);
+
+/* Bytes [offset, offset + bytes) of an on-chip operand in `space` of the current core; checks that the core
+ * has that buffer, the alignment (bytes) and the bounds. */
+uint8_t *OnChip(Space space, const void *ptr, uint64_t bytes, unsigned align, const char *intrinsic, Pipe pipe,
+                const char *operand);
+/* The byte offset an on-chip pointer stands for (no bounds check). */
+uint64_t OnChipOffset(const void *ptr, const char *intrinsic, Pipe pipe, const char *operand);
+uint8_t *Gm(const void *ptr, uint64_t bytes, const char *intrinsic, Pipe pipe, const char *operand);
+void RegisterGm(const void *ptr, uint64_t bytes);
+void ClearGm();
+
+/* The instruction stream, for a hazard checker: every intrinsic reports its pipe and what it touched. */
+struct Access {
+    Space space;
+    uint64_t start;
+    uint64_t bytes;
+    bool write;
+};
+struct Issue {
+    const char *intrinsic;
+    Pipe pipe;
+    std::vector<Access> accesses;
+};
+using IssueHook = void (*)(const Issue &);
+void SetIssueHook(IssueHook hook);
+void Report(const Issue &issue);
+
+/* The intrinsics the emulator executed, by name (coverage of a run). */
+void Count(const char *intrinsic);
+
+}  // namespace pa::emu
+
+#endif /* PA_EMU_CORE_HPP */

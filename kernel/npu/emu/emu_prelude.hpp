@@ -1,0 +1,28 @@
+/*
+ * Force-included first in the emulator build of the kernel (and of the differential harness): what pto-isa's
+ * A2/A3 code expects from the device toolchain besides the intrinsics.
+ */
+#ifndef PA_EMU_PRELUDE_HPP
+#define PA_EMU_PRELUDE_HPP
+
+#include <cstdio>
+
+/* pto-isa's run-time asserts print through the device's cce::printf. */
+namespace cce {
+template <typename... Args>
+inline void printf(const char *fmt, Args... args)
+{
+    std::fprintf(stderr, fmt, args...);
+}
+}  // namespace cce
+
+#include <pto/pto-inst.hpp>
+
+/* The cost-model include list of the pinned pto-isa lacks these A2/A3 implementations (the device build's
+ * list has them): TEXPANDS and the row-expand binary ops. */
+#include <pto/npu/a2a3/TExpandS.hpp>
+#include <pto/npu/a2a3/TRowExpandDiv.hpp>
+#include <pto/npu/a2a3/TRowExpandMul.hpp>
+#include <pto/npu/a2a3/TRowExpandSub.hpp>
+
+#endif /* PA_EMU_PRELUDE_HPP */
