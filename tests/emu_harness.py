@@ -3,7 +3,7 @@
 A :class:`Core` is one emulated AI core; its buffers are numpy views of the emulator's memory, so a test
 writes inputs, calls an intrinsic by name with integer arguments (on-chip operands as byte offsets, GM operands
 as host addresses, float scalars as their bits) and reads the result.  A fault comes back as
-:class:`EmuFault` carrying the emulator's message.
+:class:`EmuFaultError` carrying the emulator's message.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CUBE, VECTOR = 0, 1
 PIPE = {"S": 0, "V": 1, "MTE1": 2, "MTE2": 3, "MTE3": 4, "M": 5, "ALL": 6, "FIX": 7}
 
 
-class EmuFault(RuntimeError):
+class EmuFaultError(RuntimeError):
     """An intrinsic the emulator refused, with its message."""
 
 
@@ -57,7 +57,7 @@ class Core:
         lib = emu()
         self.handle = lib.pa_emu_core_new(soc.encode(), kind, 0, 0, seed)
         if self.handle < 0:
-            raise EmuFault(lib.pa_emu_last_error().decode())
+            raise EmuFaultError(lib.pa_emu_last_error().decode())
         self.select()
 
     def select(self) -> None:
@@ -74,7 +74,7 @@ class Core:
         self.select()
         values = (ctypes.c_int64 * max(1, len(args)))(*[int(a) for a in args])
         if emu().pa_emu_call(name.encode(), values, len(args)) != 0:
-            raise EmuFault(emu().pa_emu_last_error().decode())
+            raise EmuFaultError(emu().pa_emu_last_error().decode())
 
     @property
     def ctrl(self) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from emu_harness import CUBE, PIPE, VECTOR, Core, EmuFault, address, f16_bits, f32_bits
+from emu_harness import CUBE, PIPE, VECTOR, Core, EmuFaultError, address, f16_bits, f32_bits
 
 RNG = np.random.default_rng(20261125)
 POISON = np.uint8(0xA5)
@@ -343,17 +342,17 @@ def test_flags_barriers_and_deadlocks() -> None:
     core.call("set_flag", PIPE["MTE2"], PIPE["V"], 3)
     core.call("wait_flag", PIPE["MTE2"], PIPE["V"], 3)
     core.call("pipe_barrier", PIPE["V"])
-    with pytest.raises(EmuFault, match=r"wait_flag .* DEADLOCK: waits for flag MTE2->V"):
+    with pytest.raises(EmuFaultError, match=r"wait_flag .* DEADLOCK: waits for flag MTE2->V"):
         core.call("wait_flag", PIPE["MTE2"], PIPE["V"], 3)
     core.call("set_flag", PIPE["V"], PIPE["MTE3"], 0)
-    with pytest.raises(EmuFault, match="set twice without a wait"):
+    with pytest.raises(EmuFaultError, match="set twice without a wait"):
         core.call("set_flag", PIPE["V"], PIPE["MTE3"], 0)
-    with pytest.raises(EmuFault, match="event = 8"):
+    with pytest.raises(EmuFaultError, match="event = 8"):
         core.call("set_flag", PIPE["V"], PIPE["MTE3"], 8)
-    with pytest.raises(EmuFault, match="DEADLOCK: the cross-core counter is 0"):
+    with pytest.raises(EmuFaultError, match="DEADLOCK: the cross-core counter is 0"):
         core.call("wait_flag_dev", 2)
     core.call("ffts_cross_core_sync", PIPE["MTE3"], 1 | 2 << 4 | 5 << 8)
-    with pytest.raises(EmuFault, match="does not fit the 16-bit field"):
+    with pytest.raises(EmuFaultError, match="does not fit the 16-bit field"):
         core.call("ffts_cross_core_sync", PIPE["MTE3"], 1 << 16 | 1)
 
 
@@ -362,49 +361,49 @@ def test_flags_barriers_and_deadlocks() -> None:
 def test_a_stride_that_needs_17_bits_faults() -> None:
     core = cube()
     gm = np.zeros(16, dtype=np.uint16)
-    with pytest.raises(EmuFault, match=r"copy_gm_to_cbuf_multi_nd2nz_b16 on cube core 0\.0, pipe MTE2: "
+    with pytest.raises(EmuFaultError, match=r"copy_gm_to_cbuf_multi_nd2nz_b16 on cube core 0\.0, pipe MTE2: "
                                        r"srcDValue = 70000 .*16-bit field"):
         core.call("copy_gm_to_cbuf_multi_nd2nz_b16", 0, address(gm), 0, 1, 1, 16, 0, 70000, 16, 1, 1)
 
 
 def test_an_address_past_ub_faults() -> None:
     core = vector()
-    with pytest.raises(EmuFault, match=r"vadd on vec core 0\.0, pipe V: dst = 196608 .*runs past UB"):
+    with pytest.raises(EmuFaultError, match=r"vadd on vec core 0\.0, pipe V: dst = 196608 .*runs past UB"):
         core.call("vadd_f32", 192 * 1024, 0, 0, 1, 1, 1, 1, 8, 8, 8)
-    with pytest.raises(EmuFault, match="runs past UB"):  # the last repeat crosses the end
+    with pytest.raises(EmuFaultError, match="runs past UB"):  # the last repeat crosses the end
         core.call("vadd_f32", 192 * 1024 - 2048, 0, 0, 9, 1, 1, 1, 8, 8, 8)
 
 
 def test_a_misaligned_l1_address_faults() -> None:
     core = cube()
     gm = np.zeros(256, dtype=np.uint16)
-    with pytest.raises(EmuFault, match=r"dst = 48 .*L1 address not aligned to 32 bytes"):
+    with pytest.raises(EmuFaultError, match=r"dst = 48 .*L1 address not aligned to 32 bytes"):
         core.call("copy_gm_to_cbuf_multi_nd2nz_b16", 48, address(gm), 0, 1, 1, 16, 0, 16, 16, 1, 1)
-    with pytest.raises(EmuFault, match="L0B address not aligned to 512 bytes"):
+    with pytest.raises(EmuFaultError, match="L0B address not aligned to 512 bytes"):
         core.call("load_cbuf_to_cb", 256, 0, 0, 1, 1, 0, 0, 0, 0)
 
 
 def test_state_never_set_and_wrong_operands_fault() -> None:
     core = cube()
-    with pytest.raises(EmuFault, match="ND_PARA .*before any set_nd_para"):
+    with pytest.raises(EmuFaultError, match=r"ND_PARA .*before any set_nd_para"):
         core.call("copy_matrix_cc_to_gm", address(np.zeros(16, np.float32)), 0, 16 << 4 | 1 << 16 | 16 << 32,
                   16 | 1 << 43)
-    with pytest.raises(EmuFault, match="FMATRIX .*before any set_fmatrix"):
+    with pytest.raises(EmuFaultError, match=r"FMATRIX .*before any set_fmatrix"):
         core.call("img2colv2_cbuf_to_ca", 0, 0, 16, 16, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 16)
-    with pytest.raises(EmuFault, match="this core has no UB"):
+    with pytest.raises(EmuFaultError, match="this core has no UB"):
         core.call("vadd_f32", 0, 0, 0, 1, 1, 1, 1, 8, 8, 8)
-    with pytest.raises(EmuFault, match="m = 1 is the GEMV form"):
+    with pytest.raises(EmuFaultError, match="m = 1 is the GEMV form"):
         core.call("mad_f16", 0, 0, 0, 1, 16, 16, 0, 0, 0, 1)
-    with pytest.raises(EmuFault, match="repeat = 256 .*8-bit field"):
+    with pytest.raises(EmuFaultError, match=r"repeat = 256 .*8-bit field"):
         vector().call("vadd_f32", 0, 0, 0, 256, 1, 1, 1, 8, 8, 8)
-    with pytest.raises(EmuFault, match="negative value"):
+    with pytest.raises(EmuFaultError, match="negative value"):
         vector().call("vadd_f32", 0, 0, 0, -1, 1, 1, 1, 8, 8, 8)
 
 
 def test_unknown_soc_and_entry_faults() -> None:
-    with pytest.raises(EmuFault, match="unknown SoC 'B5'"):
+    with pytest.raises(EmuFaultError, match="unknown SoC 'B5'"):
         Core(VECTOR, soc="B5")
-    with pytest.raises(EmuFault, match="no entry point"):
+    with pytest.raises(EmuFaultError, match="no entry point"):
         vector().call("vcgmax", 0)
     assert Core(CUBE, soc="910B4").buffer("L1").size == 512 * 1024
     assert Core(VECTOR, soc="A3").buffer("UB").size == 192 * 1024
