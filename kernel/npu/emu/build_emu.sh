@@ -90,7 +90,8 @@ for diff in "$HERE"/diff/diff_*.cpp; do
     name="$(basename "${diff%.cpp}")"
     name="${name#diff_}"
     say "differential harness $name"
-    run "$CXX" "${DEV[@]}" -D__DAV_C220_CUBE__ -DPA_EMU_DIFF_DEV -O1 -g0 -fPIC -shared "$diff" "${objs[@]}" \
+    role=CUBE; [[ "$name" == vector ]] && role=VEC
+    run "$CXX" "${DEV[@]}" "-D__DAV_C220_${role}__" -DPA_EMU_DIFF_DEV -O1 -g0 -fPIC -shared "$diff" "${objs[@]}" \
         -o "$BUILD/lib/libpa_emu_diff_${name}_dev.so" || fail "diff_$name.cpp does not build against the emulator"
     run "$CXX" "${CPU[@]}" -DPA_EMU_DIFF_CPU -O1 -g0 -fPIC -shared "$diff" \
         -o "$BUILD/lib/libpa_emu_diff_${name}_cpu.so" || fail "diff_$name.cpp does not build against the CPU implementations"

@@ -1,0 +1,207 @@
+/*
+ * Differential harness of the vector tile ops our kernel uses, in its tile shapes: compiled once against
+ * pto-isa's A2/A3 implementations on the emulator (PA_EMU_DIFF_DEV) and once against pto-isa's CPU
+ * implementations (PA_EMU_DIFF_CPU).  Each case loads global-memory inputs into UB tiles with TLOAD, runs the
+ * op, and stores the result with TSTORE, so the two builds are compared on what reaches global memory.
+ *
+ *   int32_t pa_diff_vector(int32_t op, int32_t rows, int32_t cols, int32_t pitch, const void *a,
+ *                          const void *b, void *out, float scalar)
+ * a, b: [rows x pitch] fp32 (fp16/bf16 bits for the widening casts); out: as the op writes it.
+ * Returns 0, or -1 with the message in pa_diff_last_error().
+ */
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#ifdef PA_EMU_DIFF_DEV
+#include "emu_core.hpp"
+#endif
+#include <pto/pto-inst.hpp>
+
+using namespace pto;
+
+#ifdef PA_EMU_DIFF_CPU
+/* The CPU oracle's float -> bf16 cast helper (this libgcc has none): round half to even on the bits, NaN kept;
+ * independent of the emulator's conversion. */
+extern "C" __attribute__((weak)) std::bfloat16_t __truncsfbf2(float x)
+{
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint16_t bits = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40)
+                                                          : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    std::bfloat16_t out;
+    std::memcpy(&out, &bits, 2);
+    return out;
+}
+#endif
+
+namespace {
+
+#ifdef PA_EMU_DIFF_DEV
+constexpr uint64_t kTag = pa::emu::kOnChipTag;
+#else
+constexpr uint64_t kTag = 0;
+#endif
+
+constexpr int kRows = 16, kPiece = 512, kD = 128, kChunkRows = 32;
+using SF = Tile<TileType::Vec, float, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+using OF = Tile<TileType::Vec, float, kRows, kD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+using Col = Tile<TileType::Vec, float, kRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
+using Chunk = Tile<TileType::Vec, float, kChunkRows, kD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+using RowF = Tile<TileType::Vec, float, 1, kD, BLayout::RowMajor, 1, DYNAMIC>;
+template <typename T>
+using PT = Tile<TileType::Vec, T, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+template <typename E>
+using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::ND>;
+
+/* UB offsets (bytes) of the harness's tiles; TMP_UB_OFFSET (184 KiB) stays free for pto-isa. */
+constexpr uint32_t kA = 0, kB = 32768, kD0 = 65536, kTmp = 98304, kCol = 131072, kCol2 = 131584;
+
+template <typename TileT>
+void Place(TileT &tile, uint32_t offset)
+{
+    TASSIGN(tile, uint64_t(offset) | kTag);
+}
+
+template <typename TileT, typename E>
+void Load(TileT &tile, const void *gm, uint32_t rows, uint32_t cols, uint32_t pitch)
+{
+    GmNd<E> view(reinterpret_cast<E *>(const_cast<void *>(gm)), typename GmNd<E>::Shape(rows, cols),
+                 typename GmNd<E>::Stride(pitch, 1));
+    TLOAD(tile, view);
+}
+
+template <typename TileT, typename E>
+void Store(void *gm, uint32_t rows, uint32_t cols, uint32_t pitch, TileT &tile)
+{
+    GmNd<E> view(reinterpret_cast<E *>(gm), typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
+    TSTORE(view, tile);
+}
+
+enum Op : int32_t {
+    kLoadStore, kMulS, kAddS, kAdd, kSub, kMul, kMax, kExp, kLog, kRowMax, kRowSum, kRowExpandSub, kRowExpandMul,
+    kRowExpandDiv, kColSum, kCvtF16, kCvtBf16, kWidenF16, kWidenBf16, kFillF32, kFillF16, kColStorePitch,
+};
+
+template <typename T>
+void Narrow(uint32_t r, uint32_t c, uint32_t pitch, const void *a, void *out)
+{
+    SF x(r, c);
+    PT<T> y(r, c);
+    Place(x, kA);
+    Place(y, kD0);
+    Load<SF, float>(x, a, r, c, pitch);
+    TCVT(y, x, RoundMode::CAST_RINT);
+    Store<PT<T>, T>(out, r, c, pitch, y);
+}
+
+template <typename T>
+void Widen(uint32_t r, uint32_t c, uint32_t pitch, const void *a, void *out)
+{
+    PT<T> x(r, c);
+    SF y(r, c);
+    Place(x, kA);
+    Place(y, kD0);
+    Load<PT<T>, T>(x, a, r, c, pitch);
+    TCVT(y, x, RoundMode::CAST_NONE);
+    Store<SF, float>(out, r, c, pitch, y);
+}
+
+void Run(int32_t op, uint32_t r, uint32_t c, uint32_t pitch, const void *a, const void *b, void *out, float s)
+{
+    SF x(r, c), y(r, c), d(r, c), tmp(r, c);
+    Place(x, kA);
+    Place(y, kB);
+    Place(d, kD0);
+    Place(tmp, kTmp);
+    Col col(r), col2(r);
+    Place(col, kCol);
+    Place(col2, kCol2);
+    const bool wide = op <= kRowSum || op == kColStorePitch;
+    if (wide) {
+        Load<SF, float>(x, a, r, c, pitch);
+        Load<SF, float>(y, b, r, c, pitch);
+    }
+    switch (op) {
+        case kLoadStore: Store<SF, float>(out, r, c, pitch, x); return;
+        case kMulS: TMULS(d, x, s); break;
+        case kAddS: TADDS(d, x, s); break;
+        case kAdd: TADD(d, x, y); break;
+        case kSub: TSUB(d, x, y); break;
+        case kMul: TMUL(d, x, y); break;
+        case kMax: TMAX(d, x, y); break;
+        case kExp: TEXP(d, x); break;
+        case kLog: TLOG(d, x); break;
+        case kRowMax: TROWMAX(col, x, tmp); Store<Col, float>(out, r, 1, 1, col); return;
+        case kRowSum: TROWSUM(col, x, tmp); Store<Col, float>(out, r, 1, 1, col); return;
+        case kColStorePitch: TROWMAX(col, x, tmp); Store<Col, float>(out, r, 1, pitch, col); return;
+        case kRowExpandSub: case kRowExpandMul: case kRowExpandDiv: {
+            OF o(r, c), v(r, c);
+            Place(o, kA);
+            Place(v, kD0);
+            Load<OF, float>(o, a, r, c, pitch);
+            Load<SF, float>(y, b, r, c, pitch);
+            TROWMAX(col, y, tmp); /* an exact reduction: the row-expand op alone decides the bits */
+            if (op == kRowExpandSub) TROWEXPANDSUB(v, o, col);
+            if (op == kRowExpandMul) TROWEXPANDMUL(v, o, col);
+            if (op == kRowExpandDiv) TROWEXPANDDIV(v, o, col);
+            Store<OF, float>(out, r, c, pitch, v);
+            return;
+        }
+        case kColSum: {
+            Chunk ch(r, c);
+            RowF sum(c);
+            Place(ch, kA);
+            Place(sum, kD0);
+            Load<Chunk, float>(ch, a, r, c, pitch);
+            TCOLSUM(sum, ch);
+            Store<RowF, float>(out, 1, c, pitch, sum);
+            return;
+        }
+        case kCvtF16: Narrow<half>(r, c, pitch, a, out); return;
+        case kCvtBf16: Narrow<bfloat16_t>(r, c, pitch, a, out); return;
+        case kWidenF16: Widen<half>(r, c, pitch, a, out); return;
+        case kWidenBf16: Widen<bfloat16_t>(r, c, pitch, a, out); return;
+        case kFillF32: TEXPANDS(d, s); break;
+        case kFillF16: {
+            PT<half> h(r, c);
+            Place(h, kD0);
+            TEXPANDS(h, half(s));
+            Store<PT<half>, half>(out, r, c, pitch, h);
+            return;
+        }
+        default: throw std::runtime_error("unknown op " + std::to_string(op));
+    }
+    Store<SF, float>(out, r, c, pitch, d);
+}
+
+thread_local std::string g_error;
+
+}  // namespace
+
+extern "C" const char *pa_diff_last_error(void) { return g_error.c_str(); }
+
+extern "C" int32_t pa_diff_vector(int32_t op, int32_t rows, int32_t cols, int32_t pitch, const void *a,
+                                  const void *b, void *out, float scalar)
+{
+    try {
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::Core core = pa::emu::MakeCore(pa::emu::Soc("910B2"), pa::emu::CoreKind::Vector, 0, 0, 7);
+        pa::emu::SetCurrent(&core);
+        set_mask_norm();
+        set_vector_mask(~0ull, ~0ull);
+#endif
+        Run(op, uint32_t(rows), uint32_t(cols), uint32_t(pitch), a, b, out, scalar);
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::SetCurrent(nullptr);
+#endif
+        return 0;
+    } catch (const std::exception &err) {
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::SetCurrent(nullptr);
+#endif
+        g_error = err.what();
+        return -1;
+    }
+}
