@@ -90,3 +90,89 @@ def test_a2a3_on_the_emulator_matches_the_cpu_implementation(op: str, shape: tup
     assert np.array_equal(dev[:rows], maxima)
     if rows > 1 and pitch > 1:
         assert not np.array_equal(dev[0:rows * pitch:pitch], maxima)
+
+
+# ---- cube chains ------------------------------------------------------------------------------------------------
+
+STATIC = 128  # the chunk path's static tile extents: Tok = DCap = 128
+
+
+@cache
+def cube_harness(kind: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_or_skip(f"libpa_emu_diff_cube_{kind}.so")))
+    lib.pa_diff_cube.argtypes = [ctypes.c_int32] * 6 + [ctypes.c_void_p] * 3
+    lib.pa_diff_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def as16(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "fp16":
+        return np.ascontiguousarray(x.astype(np.float16))
+    return np.ascontiguousarray((x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+
+
+def from16(x: np.ndarray, dtype: str) -> np.ndarray:
+    return x.view(np.float16).astype(np.float64) if dtype == "fp16" else \
+        (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def run_cube(kind: str, chain: int, dtype: str, rows: int, tokens: int, dim: int, col: int, x: np.ndarray,
+             y: np.ndarray) -> np.ndarray:
+    size = rows * (tokens if chain == 0 else dim)
+    out = np.full(size + 32, np.nan, dtype=np.float32)
+    lib = cube_harness(kind)
+    if lib.pa_diff_cube(chain, int(dtype == "bf16"), rows, tokens, dim, col, x.ctypes.data, y.ctypes.data,
+                        out.ctypes.data) != 0:
+        raise AssertionError(f"{kind}: {lib.pa_diff_last_error().decode()}")
+    assert np.isnan(out[size:]).all(), f"{kind}: wrote past the result"
+    return out[:size].reshape(rows, -1)
+
+
+def static_b_read_with_valid_n(b_static: np.ndarray, n: int) -> np.ndarray:
+    """What ``mad`` reads as B (K x n) from an L0B tile laid out Zn for the static width: SEMANTICS.md's mad row
+    addresses B's fractals with ceil(n / 16) fractals per 16-row block of K, the tile holds STATIC / 16."""
+    k = b_static.shape[0]
+    fractals_valid, fractals_static = -(-n // 16), STATIC // 16
+    l, j = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")
+    fractal = (l // 16) * fractals_valid + j // 16
+    l_static = (fractal // fractals_static) * 16 + l % 16
+    j_static = (fractal % fractals_static) * 16 + j % 16
+    return b_static[l_static, j_static]
+
+
+CUBE_CASES = [  # (chain, dtype, rows, tokens, dim, col)
+    (0, "fp16", 16, 128, 128, 0), (0, "bf16", 16, 128, 128, 0), (0, "fp16", 5, 128, 128, 0),
+    (0, "fp16", 16, 128, 64, 0), (0, "fp16", 16, 44, 128, 0), (0, "bf16", 3, 112, 128, 0),
+    (1, "fp16", 16, 128, 128, 0), (1, "bf16", 4, 44, 128, 64), (1, "fp16", 16, 96, 128, 384),
+    (1, "fp16", 16, 128, 64, 128), (1, "bf16", 16, 96, 64, 192),
+]
+
+
+@pytest.mark.parametrize("case", CUBE_CASES, ids=[f"{'qk' if c[0] == 0 else 'pv'}-{c[1]}-r{c[2]}t{c[3]}d{c[4]}c{c[5]}"
+                                                  for c in CUBE_CASES])
+def test_cube_chain_on_the_emulator_against_the_cpu_implementation(case: tuple[int, str, int, int, int, int]) -> None:
+    chain, dtype, rows, tokens, dim, col = case
+    rng = np.random.default_rng(sum(case[2:]))
+    x = as16(rng.standard_normal((rows, dim)) if chain == 0 else rng.uniform(0, 1, (rows, 512)), dtype)
+    y = as16(rng.standard_normal((tokens, dim)), dtype)
+    dev = run_cube("dev", chain, dtype, rows, tokens, dim, col, x, y)
+    cpu = run_cube("cpu", chain, dtype, rows, tokens, dim, col, x, y)
+    a = from16(x, dtype) if chain == 0 else from16(x, dtype)[:, col:col + tokens]
+    b = from16(y, dtype).T if chain == 0 else from16(y, dtype)  # K x N
+    factor = 1.0 if chain == 0 else 2.0  # the pv chain accumulates P.V twice (TMATMUL then TMATMUL_ACC)
+    golden = factor * (a @ b)
+    tolerance = 1e-5 * np.abs(a).max() * np.abs(b).max() * a.shape[1]
+    assert np.abs(cpu - golden).max() <= tolerance, "the CPU implementation disagrees with the float64 golden"
+    n = b.shape[1]
+    if n == STATIC:
+        assert np.abs(dev - golden).max() <= tolerance
+        assert np.array_equal(dev, cpu) or np.abs(dev - cpu).max() <= tolerance
+        return
+    # Known difference 2 (SEMANTICS.md): with a valid width n below the static tile width, pto-isa's A2/A3 path
+    # loads L0B with the static Zn layout (TMOV moves whole static tiles) but TMATMUL passes the valid n to mad,
+    # which addresses B with ceil(n / 16) fractals per row block: the device multiplies the wrong elements.
+    b_static = np.zeros((b.shape[0], STATIC))
+    b_static[:, :n] = b
+    device_model = factor * (a @ static_b_read_with_valid_n(b_static, n))
+    assert np.abs(dev - device_model).max() <= tolerance, "the emulator's result is not the modelled misread"
+    assert np.abs(dev - golden).max() > 100 * tolerance, "the A2/A3 result should be wrong here"

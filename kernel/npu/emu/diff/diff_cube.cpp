@@ -1,0 +1,169 @@
+/*
+ * Differential harness of the cube tile ops our kernel uses (the chunk path's tile shapes: 16 rows, D 128,
+ * 128-token pieces): compiled against pto-isa's A2/A3 implementations on the emulator (PA_EMU_DIFF_DEV) and
+ * against pto-isa's CPU implementations (PA_EMU_DIFF_CPU).  Two chains, compared on the global-memory result:
+ *
+ *   qk: TEXPANDS zero the L1 tiles, TLOAD Q (ND -> Nz), TLOAD K^T (DN -> Zn), TMOV to L0A / L0B, TMATMUL, TSTORE S
+ *   pv: TEXPANDS, TLOAD P into a window (ND -> Nz), TLOAD V (ND -> Nz), TEXTRACT P at a column, TMOV V (Nz ->
+ *       Zn), TMATMUL then TMATMUL_ACC (acc = 2 x P.V), TSTORE O
+ *
+ *   int32_t pa_diff_cube(int32_t chain, int32_t dtype, int32_t rows, int32_t tokens, int32_t dim,
+ *                        int32_t col, const void *x, const void *y, float *out)
+ * qk: x = Q [rows x dim], y = K page rows [tokens x dim] (pitch dim); out = S [rows x tokens].
+ * pv: x = P [rows x 512] (the window, pitch 512), y = V [tokens x dim]; out = O [rows x dim]; col: the column of the
+ *     window the sub-tile starts at.  dtype 0 fp16, 1 bf16.
+ */
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#ifdef PA_EMU_DIFF_DEV
+#include "emu_core.hpp"
+#endif
+#include <pto/pto-inst.hpp>
+
+using namespace pto;
+
+#ifdef PA_EMU_DIFF_CPU
+extern "C" __attribute__((weak)) std::bfloat16_t __truncsfbf2(float x)
+{
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint16_t bits = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40)
+                                                          : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    std::bfloat16_t out;
+    std::memcpy(&out, &bits, 2);
+    return out;
+}
+#endif
+
+namespace {
+
+#ifdef PA_EMU_DIFF_DEV
+constexpr uint64_t kTag = pa::emu::kOnChipTag;
+#else
+constexpr uint64_t kTag = 0;
+#endif
+
+constexpr int kRows = 16, kDCap = 128, kTok = 128, kWindow = 512, kFrac = 512;
+
+template <typename T>
+struct Tiles {
+    using QMat = Tile<TileType::Mat, T, kRows, kDCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFrac>;
+    using PMat = Tile<TileType::Mat, T, kRows, kWindow + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor,
+                      kFrac>;
+    using KMat = Tile<TileType::Mat, T, kDCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFrac>;
+    using VMat = Tile<TileType::Mat, T, kTok, kDCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFrac>;
+    using QLeft = TileLeft<T, kRows, kDCap, DYNAMIC, DYNAMIC>;
+    using PLeft = TileLeft<T, kRows, kTok, DYNAMIC, DYNAMIC>;
+    using KRight = TileRight<T, kDCap, kTok, DYNAMIC, DYNAMIC>;
+    using VRight = TileRight<T, kTok, kDCap, DYNAMIC, DYNAMIC>;
+    using SAcc = TileAcc<float, kRows, kTok, DYNAMIC, DYNAMIC>;
+    using OAcc = TileAcc<float, kRows, kDCap, DYNAMIC, DYNAMIC>;
+};
+template <typename E>
+using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::ND>;
+template <typename E>
+using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
+
+/* L1 and L0 offsets (bytes); every tile of a space at its own offset, none at 0 (pto-isa's cost model). */
+constexpr uint32_t kL1Q = 0, kL1K = 65536, kL1P = 131072, kL1V = 262144;
+
+template <typename TileT>
+void Place(TileT &tile, uint32_t offset)
+{
+    TASSIGN(tile, uint64_t(offset) | kTag);
+}
+
+template <typename T>
+void Qk(uint32_t rows, uint32_t tokens, uint32_t dim, const void *x, const void *y, float *out)
+{
+    using C = Tiles<T>;
+    typename C::QMat qMat(rows, dim);
+    typename C::KMat kMat(dim, tokens);
+    typename C::QLeft qLeft(rows, dim);
+    typename C::KRight kRight(dim, tokens);
+    typename C::SAcc acc(rows, tokens);
+    Place(qMat, kL1Q);
+    Place(kMat, kL1K);
+    Place(qLeft, 0);
+    Place(kRight, 0);
+    Place(acc, 0);
+    TEXPANDS(qMat, T(0.0f));
+    TEXPANDS(kMat, T(0.0f));
+    T *q = reinterpret_cast<T *>(const_cast<void *>(x));
+    T *k = reinterpret_cast<T *>(const_cast<void *>(y));
+    GmNd<T> qv(q, typename GmNd<T>::Shape(rows, dim), typename GmNd<T>::Stride(dim, 1));
+    TLOAD(qMat, qv);
+    GmDn<T> kv(k, typename GmDn<T>::Shape(dim, tokens), typename GmDn<T>::Stride(1, dim));
+    TLOAD(kMat, kv);
+    TMOV(qLeft, qMat);
+    TMOV(kRight, kMat);
+    TMATMUL(acc, qLeft, kRight);
+    GmNd<float> sv(out, typename GmNd<float>::Shape(rows, tokens), typename GmNd<float>::Stride(tokens, 1));
+    TSTORE(sv, acc);
+}
+
+template <typename T>
+void Pv(uint32_t rows, uint32_t tokens, uint32_t dim, uint32_t col, const void *x, const void *y, float *out)
+{
+    using C = Tiles<T>;
+    typename C::PMat pMat(rows, kWindow);
+    typename C::VMat vMat(tokens, dim);
+    typename C::PLeft pLeft(rows, tokens);
+    typename C::VRight vRight(tokens, dim);
+    typename C::OAcc acc(rows, dim);
+    Place(pMat, kL1P);
+    Place(vMat, kL1V);
+    Place(pLeft, 0);
+    Place(vRight, 0);
+    Place(acc, 0);
+    TEXPANDS(pMat, T(0.0f));
+    TEXPANDS(vMat, T(0.0f));
+    T *p = reinterpret_cast<T *>(const_cast<void *>(x));
+    T *v = reinterpret_cast<T *>(const_cast<void *>(y));
+    GmNd<T> pv(p, typename GmNd<T>::Shape(rows, kWindow), typename GmNd<T>::Stride(kWindow, 1));
+    TLOAD(pMat, pv);
+    GmNd<T> vv(v, typename GmNd<T>::Shape(tokens, dim), typename GmNd<T>::Stride(dim, 1));
+    TLOAD(vMat, vv);
+    TEXTRACT(pLeft, pMat, 0, col);
+    TMOV(vRight, vMat);
+    TMATMUL(acc, pLeft, vRight);
+    TMATMUL_ACC(acc, acc, pLeft, vRight);
+    GmNd<float> ov(out, typename GmNd<float>::Shape(rows, dim), typename GmNd<float>::Stride(dim, 1));
+    TSTORE(ov, acc);
+}
+
+thread_local std::string g_error;
+
+}  // namespace
+
+extern "C" const char *pa_diff_last_error(void) { return g_error.c_str(); }
+
+extern "C" int32_t pa_diff_cube(int32_t chain, int32_t dtype, int32_t rows, int32_t tokens, int32_t dim, int32_t col,
+                                const void *x, const void *y, float *out)
+{
+    try {
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::Core core = pa::emu::MakeCore(pa::emu::Soc("910B2"), pa::emu::CoreKind::Cube, 0, 0, 11);
+        pa::emu::SetCurrent(&core);
+#endif
+        const uint32_t r = uint32_t(rows), n = uint32_t(tokens), d = uint32_t(dim);
+        if (chain == 0) {
+            dtype ? Qk<bfloat16_t>(r, n, d, x, y, out) : Qk<half>(r, n, d, x, y, out);
+        } else {
+            dtype ? Pv<bfloat16_t>(r, n, d, uint32_t(col), x, y, out) : Pv<half>(r, n, d, uint32_t(col), x, y, out);
+        }
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::SetCurrent(nullptr);
+#endif
+        return 0;
+    } catch (const std::exception &err) {
+#ifdef PA_EMU_DIFF_DEV
+        pa::emu::SetCurrent(nullptr);
+#endif
+        g_error = err.what();
+        return -1;
+    }
+}
