@@ -133,9 +133,9 @@ def static_b_read_with_valid_n(b_static: np.ndarray, n: int) -> np.ndarray:
     addresses B's fractals with ceil(n / 16) fractals per 16-row block of K, the tile holds STATIC / 16."""
     k = b_static.shape[0]
     fractals_valid, fractals_static = -(-n // 16), STATIC // 16
-    l, j = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")
-    fractal = (l // 16) * fractals_valid + j // 16
-    l_static = (fractal // fractals_static) * 16 + l % 16
+    row, j = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")
+    fractal = (row // 16) * fractals_valid + j // 16
+    l_static = (fractal // fractals_static) * 16 + row % 16
     j_static = (fractal % fractals_static) * 16 + j % 16
     return b_static[l_static, j_static]
 
