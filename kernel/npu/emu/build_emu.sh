@@ -32,7 +32,8 @@ if [[ $rc -ne 0 ]]; then say "error: pto-isa headers could not be prepared"; exi
 
 STAMP_FILE="$OBJ/.stamp"
 STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256";
-           find "$HERE" "$NPU" -maxdepth 2 -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.sh' \) -print0 |
+           { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
+             find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0; } |
            LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
 if [[ -z "${FORCE:-}" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" && -f "$BUILD/lib/libpa_emu.so" ]]; then
     say "up to date: $BUILD/lib/libpa_emu.so"
