@@ -7,27 +7,9 @@
 #ifndef PA_COSTMODEL_SHIM_HPP
 #define PA_COSTMODEL_SHIM_HPP
 
-#include <cstdio>
-#include <cstdlib>
-
-/* With _DEBUG, pto-isa's run-time asserts (PTO_ASSERT) print through the device's cce::printf and stop the
- * core with trap(); the cost model has trap() but no cce::printf. */
-namespace cce {
-template <typename... Args>
-inline void printf(const char *fmt, Args... args)
-{
-    std::fprintf(stderr, fmt, args...);
-}
-}  // namespace cce
-
-#include <pto/pto-inst.hpp>
-
-/* pto_instr_impl.hpp's __COSTMODEL include list lacks these A2/A3 implementations, so TEXPANDS and the
- * row-expand binary ops would not find their *_IMPL (the full list includes them for the device build). */
-#include <pto/npu/a2a3/TExpandS.hpp>
-#include <pto/npu/a2a3/TRowExpandDiv.hpp>
-#include <pto/npu/a2a3/TRowExpandMul.hpp>
-#include <pto/npu/a2a3/TRowExpandSub.hpp>
+/* cce::printf for pto-isa's run-time asserts, pto-inst.hpp, and the A2/A3 implementations the cost-model include
+ * list lacks (TEXPANDS, the row-expand binary ops): shared with the emulator build. */
+#include "../emu/emu_prelude.hpp"
 
 /* The cost model stubs get_subblockid but not the device's get_block_idx builtin: a compile check needs only
  * its type. */

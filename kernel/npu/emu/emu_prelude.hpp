@@ -1,6 +1,7 @@
 /*
- * Force-included first in the emulator build of the kernel (and of the differential harness): what pto-isa's
- * A2/A3 code expects from the device toolchain besides the intrinsics.
+ * Force-included first wherever the kernel is compiled against pto-isa's A2/A3 implementations on a host (the
+ * emulator build, the differential harnesses, and through a2a3/pa_costmodel_shim.hpp the A2/A3 compile check):
+ * what pto-isa's A2/A3 code expects from the device toolchain besides the intrinsics.
  */
 #ifndef PA_EMU_PRELUDE_HPP
 #define PA_EMU_PRELUDE_HPP

@@ -13,38 +13,16 @@
  * pv: x = P [rows x 512] (the window, pitch 512), y = V [tokens x dim]; out = O [rows x dim]; col: the column of the
  *     window the sub-tile starts at.  dtype 0 fp16, 1 bf16.
  */
-#include <cstdint>
-#include <cstring>
 #include <exception>
 #include <string>
 
-#ifdef PA_EMU_DIFF_DEV
-#include "emu_core.hpp"
-#endif
-#include <pto/pto-inst.hpp>
+#include "diff_common.hpp"
 
 using namespace pto;
-
-#ifdef PA_EMU_DIFF_CPU
-extern "C" __attribute__((weak)) std::bfloat16_t __truncsfbf2(float x)
-{
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint16_t bits = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40)
-                                                          : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    std::bfloat16_t out;
-    std::memcpy(&out, &bits, 2);
-    return out;
-}
-#endif
+using pa_diff::GmNd;
+using pa_diff::Place;
 
 namespace {
-
-#ifdef PA_EMU_DIFF_DEV
-constexpr uint64_t kTag = pa::emu::kOnChipTag;
-#else
-constexpr uint64_t kTag = 0;
-#endif
 
 constexpr int kRows = 16, kDCap = 128, kTok = 128, kWindow = 512, kFrac = 512;
 
@@ -63,18 +41,10 @@ struct Tiles {
     using OAcc = TileAcc<float, kRows, kDCap, DYNAMIC, DYNAMIC>;
 };
 template <typename E>
-using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::ND>;
-template <typename E>
 using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
 
 /* L1 and L0 offsets (bytes); every tile of a space at its own offset, none at 0 (pto-isa's cost model). */
 constexpr uint32_t kL1Q = 0, kL1K = 65536, kL1P = 131072, kL1V = 262144;
-
-template <typename TileT>
-void Place(TileT &tile, uint32_t offset)
-{
-    TASSIGN(tile, uint64_t(offset) | kTag);
-}
 
 template <typename T>
 void Qk(uint32_t rows, uint32_t tokens, uint32_t dim, const void *x, const void *y, float *out)
@@ -135,35 +105,17 @@ void Pv(uint32_t rows, uint32_t tokens, uint32_t dim, uint32_t col, const void *
     TSTORE(ov, acc);
 }
 
-thread_local std::string g_error;
-
 }  // namespace
-
-extern "C" const char *pa_diff_last_error(void) { return g_error.c_str(); }
 
 extern "C" int32_t pa_diff_cube(int32_t chain, int32_t dtype, int32_t rows, int32_t tokens, int32_t dim, int32_t col,
                                 const void *x, const void *y, float *out)
 {
-    try {
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::Core core = pa::emu::MakeCore(pa::emu::Soc("910B2"), pa::emu::CoreKind::Cube, 0, 0, 11);
-        pa::emu::SetCurrent(&core);
-#endif
+    return pa_diff::Guarded(true, [&] {
         const uint32_t r = uint32_t(rows), n = uint32_t(tokens), d = uint32_t(dim);
         if (chain == 0) {
             dtype ? Qk<bfloat16_t>(r, n, d, x, y, out) : Qk<half>(r, n, d, x, y, out);
         } else {
             dtype ? Pv<bfloat16_t>(r, n, d, uint32_t(col), x, y, out) : Pv<half>(r, n, d, uint32_t(col), x, y, out);
         }
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::SetCurrent(nullptr);
-#endif
-        return 0;
-    } catch (const std::exception &err) {
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::SetCurrent(nullptr);
-#endif
-        g_error = err.what();
-        return -1;
-    }
+    });
 }

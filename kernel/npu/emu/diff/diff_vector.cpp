@@ -9,40 +9,16 @@
  * a, b: [rows x pitch] fp32 (fp16/bf16 bits for the widening casts); out: as the op writes it.
  * Returns 0, or -1 with the message in pa_diff_last_error().
  */
-#include <cstdint>
-#include <cstring>
 #include <exception>
 #include <string>
 
-#ifdef PA_EMU_DIFF_DEV
-#include "emu_core.hpp"
-#endif
-#include <pto/pto-inst.hpp>
+#include "diff_common.hpp"
 
 using namespace pto;
-
-#ifdef PA_EMU_DIFF_CPU
-/* The CPU oracle's float -> bf16 cast helper (this libgcc has none): round half to even on the bits, NaN kept;
- * independent of the emulator's conversion. */
-extern "C" __attribute__((weak)) std::bfloat16_t __truncsfbf2(float x)
-{
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint16_t bits = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40)
-                                                          : uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    std::bfloat16_t out;
-    std::memcpy(&out, &bits, 2);
-    return out;
-}
-#endif
+using pa_diff::GmNd;
+using pa_diff::Place;
 
 namespace {
-
-#ifdef PA_EMU_DIFF_DEV
-constexpr uint64_t kTag = pa::emu::kOnChipTag;
-#else
-constexpr uint64_t kTag = 0;
-#endif
 
 constexpr int kRows = 16, kPiece = 512, kD = 128, kChunkRows = 32;
 using SF = Tile<TileType::Vec, float, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
@@ -52,17 +28,9 @@ using Chunk = Tile<TileType::Vec, float, kChunkRows, kD, BLayout::RowMajor, DYNA
 using RowF = Tile<TileType::Vec, float, 1, kD, BLayout::RowMajor, 1, DYNAMIC>;
 template <typename T>
 using PT = Tile<TileType::Vec, T, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-template <typename E>
-using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::ND>;
 
 /* UB offsets (bytes) of the harness's tiles; TMP_UB_OFFSET (184 KiB) stays free for pto-isa. */
 constexpr uint32_t kA = 0, kB = 32768, kD0 = 65536, kTmp = 98304, kCol = 131072, kCol2 = 131584;
-
-template <typename TileT>
-void Place(TileT &tile, uint32_t offset)
-{
-    TASSIGN(tile, uint64_t(offset) | kTag);
-}
 
 template <typename TileT, typename E>
 void Load(TileT &tile, const void *gm, uint32_t rows, uint32_t cols, uint32_t pitch)
@@ -176,32 +144,12 @@ void Run(int32_t op, uint32_t r, uint32_t c, uint32_t pitch, const void *a, cons
     Store<SF, float>(out, r, c, pitch, d);
 }
 
-thread_local std::string g_error;
-
 }  // namespace
-
-extern "C" const char *pa_diff_last_error(void) { return g_error.c_str(); }
 
 extern "C" int32_t pa_diff_vector(int32_t op, int32_t rows, int32_t cols, int32_t pitch, const void *a,
                                   const void *b, void *out, float scalar)
 {
-    try {
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::Core core = pa::emu::MakeCore(pa::emu::Soc("910B2"), pa::emu::CoreKind::Vector, 0, 0, 7);
-        pa::emu::SetCurrent(&core);
-        set_mask_norm();
-        set_vector_mask(~0ull, ~0ull);
-#endif
+    return pa_diff::Guarded(false, [&] {
         Run(op, uint32_t(rows), uint32_t(cols), uint32_t(pitch), a, b, out, scalar);
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::SetCurrent(nullptr);
-#endif
-        return 0;
-    } catch (const std::exception &err) {
-#ifdef PA_EMU_DIFF_DEV
-        pa::emu::SetCurrent(nullptr);
-#endif
-        g_error = err.what();
-        return -1;
-    }
+    });
 }
