@@ -12,6 +12,7 @@
 #                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
+#   libpa_plan.so  the planner's balancer placement in C (tiling/native/pa_balance.c; optional, numpy fallback)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
 #                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
 #   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
@@ -108,6 +109,27 @@ build_sim() {
     fi
 }
 
+# The planner's compiled helper (tiling/native/pa_balance.c): optional, the planner falls back to numpy.
+build_plan() {
+    local out="$LIB_DIR/libpa_plan.so" src="$ROOT/tiling/native/pa_balance.c"
+    if ! command -v "$CC" >/dev/null 2>&1; then
+        record "planner helper: skipped ($CC not found; the planner uses its numpy form)"
+        return
+    fi
+    if [[ -z "${FORCE:-}" && -f "$out" && "$out" -nt "$src" ]]; then
+        record "planner helper: skipped (build/lib/libpa_plan.so is up to date)"
+        return
+    fi
+    mkdir -p "$LIB_DIR"
+    if "$CC" -O2 -fPIC -shared -std=c11 -Wall -Wextra -Werror -ffp-contract=off "$src" -o "$out.tmp" -lm; then
+        mv "$out.tmp" "$out"
+        record "planner helper: built build/lib/libpa_plan.so"
+    else
+        record "planner helper: FAILED (tiling/native/pa_balance.c does not compile)"
+        STATUS=1
+    fi
+}
+
 # The A2/A3 intrinsic emulator, the kernel compiled against it, and the differential harnesses.
 build_emu() {
     local script="$ROOT/kernel/npu/emu/build_emu.sh" out rc=0
@@ -200,6 +222,7 @@ main() {
         setup
     fi
     build_mock
+    build_plan
     build_run_check
     build_sim
     build_emu

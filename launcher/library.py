@@ -21,11 +21,8 @@ from typing import Any
 
 from launcher.errors import KernelLibraryNotFoundError
 from tiling import abi
+from tiling.native import DEFAULT_LIB_DIR, LIB_DIR_ENV, lib_dir
 
-#: Environment variable naming another directory of kernel libraries.
-LIB_DIR_ENV = "PA_KIT_LIB_DIR"
-#: Where ``bash compile.sh`` puts the libraries, relative to the repository root.
-DEFAULT_LIB_DIR = Path(__file__).resolve().parent.parent / "build" / "lib"
 #: File names of the libraries ``compile.sh`` builds, per backend.
 LIBRARY_FILES = {"mock": "libpa_mock.so", "sim": "libpa_sim.so", "npu": "libpa_npu.so"}
 
@@ -49,12 +46,6 @@ class KernelLibrary:
     def external(self) -> bool:
         """True for an ATB-ABI kernel: void return, no zero rows for empty sequences."""
         return self.abi_version is None
-
-
-def lib_dir() -> Path:
-    """The directory libraries are loaded from: ``$PA_KIT_LIB_DIR`` or ``build/lib`` of this checkout."""
-    override = os.environ.get(LIB_DIR_ENV)
-    return Path(override) if override else DEFAULT_LIB_DIR
 
 
 def library_path(backend: str) -> Path:

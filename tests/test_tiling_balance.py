@@ -174,3 +174,39 @@ def test_a_decode_step_inside_the_pages_reuses_the_decision() -> None:
     crossing = LOG_RAGGED_64 + 128  # every sequence one page longer: decided anew
     plan(crossing)
     assert balance._decide.cache_info().hits == hits + 1
+
+
+def test_compiled_placement_matches_the_numpy_reference() -> None:
+    """``tiling/native/pa_balance.c`` gives the numpy placement's gather and loads bit for bit, on random ragged
+    batches and grids (BN with a tail pass, split-KV, several core counts); it is the planner's default when
+    built, so a difference would change plans."""
+    import os
+
+    from tiling import native
+    from tiling.splits import split_cores
+
+    if not native.available():
+        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
+            pytest.fail("PA_KIT_REQUIRE_SIM=1 but build/lib/libpa_plan.so was not built (bash compile.sh)")
+        pytest.skip("build/lib/libpa_plan.so not built")
+    rng = np.random.default_rng(11)
+    grids = 0
+    for _ in range(120):
+        batch = int(rng.integers(2, 200))
+        lens = np.exp(rng.uniform(np.log(16), np.log(8192), batch)).astype(np.int64)
+        heads, kv = (32, 8) if rng.random() < 0.6 else (16, 16)
+        cores = int(rng.choice([8, 20, 24]))
+        for strategy in ("bn", "split_kv"):
+            split = split_cores(batch, heads, kv, int(lens.max()), 128, 128, cores, strategy)  # type: ignore[arg-type]
+            passes = balance._Passes(split, lens, heads, heads // kv, 128)
+            order = np.argsort(-lens, kind="stable")
+            work = np.where((np.arange(batch) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
+            single = (work[:, 1:] == 0).all(axis=1)
+            fast = native.balanced_gather(split.block_dim, split.tail_batch, passes.is_tail, passes.base, order,
+                                          work, single, balance.TIE_SCALE)
+            assert fast is not None
+            slow = balance._balanced_gather_numpy(passes, order, work, single)
+            assert np.array_equal(fast[0], slow[0]), (batch, cores, strategy)
+            assert np.array_equal(fast[1], slow[1]), (batch, cores, strategy)
+            grids += 1
+    assert grids == 240

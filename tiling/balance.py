@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from tiling import abi
+from tiling.native import balanced_gather as native_balanced_gather
 from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_grid
 
 #: Work a task costs besides its tokens, in KV-head tokens per KV head it holds (its Q load, the first
@@ -127,14 +128,26 @@ def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_k
 def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
     split, lens = passes.split, passes.lens
     cores = split.block_dim
+    order = np.argsort(-lens, kind="stable")
+    work = np.where((np.arange(lens.size) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
+    single = (work[:, 1:] == 0).all(axis=1)  # at most one task, on the core the position starts at
+    native = native_balanced_gather(cores, split.tail_batch, passes.is_tail, passes.base, order, work, single,
+                                    TIE_SCALE)
+    if native is not None:
+        return native
+    return _balanced_gather_numpy(passes, order, work, single)
+
+
+def _balanced_gather_numpy(passes: _Passes, order: np.ndarray, work: np.ndarray,
+                           single: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The greedy placement in numpy: the reference ``tiling/native/pa_balance.c`` must match bit for bit."""
+    split, lens = passes.split, passes.lens
+    cores = split.block_dim
     # pass, start -> its free positions, lowest first; firsts: the lowest (inf: none left)
     free: list[list[list[int]]] = [[[] for _ in range(cores)] for _ in range(2)]
     for position, (tail, base) in enumerate(zip(passes.is_tail.tolist(), passes.base.tolist(), strict=True)):
         free[tail][base].append(position)
     firsts = [np.array([q[0] if q else np.inf for q in queues], dtype=np.float64) for queues in free]
-    order = np.argsort(-lens, kind="stable")
-    work = np.where((np.arange(lens.size) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
-    single = (work[:, 1:] == 0).all(axis=1)  # at most one task, on the core the position starts at
     cores_idx = np.arange(cores)
     from_start = (cores_idx[None, :] - cores_idx[:, None]) % cores  # [b, i]: offset of core i from start b
     first_work = work[:, 0].tolist()
