@@ -12,7 +12,7 @@
 #                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
-#   libpa_plan.so  the planner's balancer placement in C (tiling/native/pa_balance.c; optional, numpy fallback)
+#   libpa_plan.so  the planner's balancer placement in C (tiling/csrc/pa_balance.c; optional, numpy fallback)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
 #                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
 #   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
@@ -109,9 +109,9 @@ build_sim() {
     fi
 }
 
-# The planner's compiled helper (tiling/native/pa_balance.c): optional, the planner falls back to numpy.
+# The planner's compiled helper (tiling/csrc/pa_balance.c): optional, the planner falls back to numpy.
 build_plan() {
-    local out="$LIB_DIR/libpa_plan.so" src="$ROOT/tiling/native/pa_balance.c"
+    local out="$LIB_DIR/libpa_plan.so" src="$ROOT/tiling/csrc/pa_balance.c"
     if ! command -v "$CC" >/dev/null 2>&1; then
         record "planner helper: skipped ($CC not found; the planner uses its numpy form)"
         return
@@ -125,7 +125,7 @@ build_plan() {
         mv "$out.tmp" "$out"
         record "planner helper: built build/lib/libpa_plan.so"
     else
-        record "planner helper: FAILED (tiling/native/pa_balance.c does not compile)"
+        record "planner helper: FAILED (tiling/csrc/pa_balance.c does not compile)"
         STATUS=1
     fi
 }

@@ -177,7 +177,7 @@ def test_a_decode_step_inside_the_pages_reuses_the_decision() -> None:
 
 
 def test_compiled_placement_matches_the_numpy_reference() -> None:
-    """``tiling/native/pa_balance.c`` gives the numpy placement's gather and loads bit for bit, on random ragged
+    """``tiling/csrc/pa_balance.c`` gives the numpy placement's gather and loads bit for bit, on random ragged
     batches and grids (BN with a tail pass, split-KV, several core counts); it is the planner's default when
     built, so a difference would change plans."""
     import os

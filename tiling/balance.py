@@ -140,7 +140,7 @@ def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
 
 def _balanced_gather_numpy(passes: _Passes, order: np.ndarray, work: np.ndarray,
                            single: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The greedy placement in numpy: the reference ``tiling/native/pa_balance.c`` must match bit for bit."""
+    """The greedy placement in numpy: the reference ``tiling/csrc/pa_balance.c`` must match bit for bit."""
     split, lens = passes.split, passes.lens
     cores = split.block_dim
     # pass, start -> its free positions, lowest first; firsts: the lowest (inf: none left)

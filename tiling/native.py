@@ -2,7 +2,7 @@
 
 The planner is numpy; one step of it, the balancer's greedy placement, is a sequential loop that costs an
 engine about 200 µs per grid at b64 in numpy calls.  ``compile.sh`` builds the same loop in C
-(``tiling/native/pa_balance.c``); :func:`balanced_gather` uses it when it is built and falls back to the numpy
+(``tiling/csrc/pa_balance.c``); :func:`balanced_gather` uses it when it is built and falls back to the numpy
 form otherwise (``PA_KIT_PYTHON_PLANNER=1`` forces the fallback; the tests compare both).  The library
 directory is computed here, once, for every loader (``launcher.library`` imports it).
 """
