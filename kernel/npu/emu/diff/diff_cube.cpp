@@ -17,6 +17,7 @@
 #include <string>
 
 #include "diff_common.hpp"
+#include "pa_cube_state.hpp"
 
 using namespace pto;
 using pa_diff::GmNd;
@@ -24,22 +25,11 @@ using pa_diff::Place;
 
 namespace {
 
-constexpr int kRows = 16, kDCap = 128, kTok = 128, kWindow = 512, kFrac = 512;
+constexpr int kRows = 16, kDCap = 128, kTok = 128, kWindow = pa::kPieceTokens;
 
+/* The kernel's own tile family of the chunk path (pa_cube_state.hpp), so the harness runs its layouts. */
 template <typename T>
-struct Tiles {
-    using QMat = Tile<TileType::Mat, T, kRows, kDCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFrac>;
-    using PMat = Tile<TileType::Mat, T, kRows, kWindow + kTok, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor,
-                      kFrac>;
-    using KMat = Tile<TileType::Mat, T, kDCap, kTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFrac>;
-    using VMat = Tile<TileType::Mat, T, kTok, kDCap, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFrac>;
-    using QLeft = TileLeft<T, kRows, kDCap, DYNAMIC, DYNAMIC>;
-    using PLeft = TileLeft<T, kRows, kTok, DYNAMIC, DYNAMIC>;
-    using KRight = TileRight<T, kDCap, kTok, DYNAMIC, DYNAMIC>;
-    using VRight = TileRight<T, kTok, kDCap, DYNAMIC, DYNAMIC>;
-    using SAcc = TileAcc<float, kRows, kTok, DYNAMIC, DYNAMIC>;
-    using OAcc = TileAcc<float, kRows, kDCap, DYNAMIC, DYNAMIC>;
-};
+using Tiles = pa::CubeTiles<T, kDCap, kRows, kTok>;
 template <typename E>
 using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "diff_common.hpp"
+#include "pa_vector.hpp"
 
 using namespace pto;
 using pa_diff::GmNd;
@@ -20,14 +21,17 @@ using pa_diff::Place;
 
 namespace {
 
-constexpr int kRows = 16, kPiece = 512, kD = 128, kChunkRows = 32;
-using SF = Tile<TileType::Vec, float, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-using OF = Tile<TileType::Vec, float, kRows, kD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-using Col = Tile<TileType::Vec, float, kRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
-using Chunk = Tile<TileType::Vec, float, kChunkRows, kD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-using RowF = Tile<TileType::Vec, float, 1, kD, BLayout::RowMajor, 1, DYNAMIC>;
+constexpr int kD = 128;
+/* The kernel's own vector tiles (pa_vector.hpp, pa_combine.hpp) at D 128, so the harness runs its layouts. */
+using Vec = pa::VectorCore<half, kD>;
+using Comb = pa::CombineCore<half, kD>;
+using SF = Vec::SF;
+using OF = Vec::OF;
+using Col = Vec::Col;
+using Chunk = Comb::Chunk;
+using RowF = Comb::RowF;
 template <typename T>
-using PT = Tile<TileType::Vec, T, kRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+using PT = typename pa::VectorCore<T, kD>::PT;
 
 /* UB offsets (bytes) of the harness's tiles; TMP_UB_OFFSET (184 KiB) stays free for pto-isa. */
 constexpr uint32_t kA = 0, kB = 32768, kD0 = 65536, kTmp = 98304, kCol = 131072, kCol2 = 131584;
