@@ -24,7 +24,6 @@ from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_run
 from launcher.staging import Capacity, DeviceState, with_batch
 from launcher.validation import DecodeShape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention, rules
-from tiling.splits import STRATEGIES
 
 ArgSlot = abi.ArgSlot
 #: Workspace that carries state between tasks of one launch: zeroed per launch under split-KV.
@@ -107,7 +106,6 @@ class PagedAttentionRunner:
                stream: Any, checked: bool, core_count: int | None, strategy: str, batch_invariant: bool,
                handoff_tokens: int | None) -> None:
         self.scale = rules.validate_scale(scale, capacity.head_dim)
-        rules.validate_option("strategy", strategy, STRATEGIES)
         rules.validate_option("checked", checked, (True, False))
         rules.validate_core_count(core_count)
         rules.validate_plan_options(strategy=strategy, batch_invariant=batch_invariant,
@@ -314,4 +312,3 @@ def _zeroer(tensors: tuple[torch.Tensor, ...]) -> Launch:
             tensor.zero_()
 
     return zero
-
