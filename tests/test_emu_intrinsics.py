@@ -407,3 +407,18 @@ def test_unknown_soc_and_entry_faults() -> None:
         vector().call("vcgmax", 0)
     assert Core(CUBE, soc="910B4").buffer("L1").size == 512 * 1024
     assert Core(VECTOR, soc="A3").buffer("UB").size == 192 * 1024
+
+
+def test_gm_access_outside_the_registered_buffers_faults() -> None:
+    """With buffers registered, a DMA that reaches past them faults; the same copy inside them runs."""
+    from emu_harness import emu
+
+    core = vector()
+    gm = np.zeros(64, dtype=np.float32)
+    assert emu().pa_emu_register_gm(address(gm), gm.nbytes) == 0
+    try:
+        core.call("copy_gm_to_ubuf_align_b32", 0, address(gm), 0, 1, 64 * 4, 0, 0, 0, 0)  # all 256 bytes: fine
+        with pytest.raises(EmuFaultError, match="outside every registered buffer"):
+            core.call("copy_gm_to_ubuf_align_b32", 0, address(gm), 0, 2, 64 * 4, 0, 0, 0, 0)  # 512 bytes
+    finally:
+        assert emu().pa_emu_clear_gm() == 0

@@ -212,8 +212,6 @@ int32_t pa_emu_clear_gm(void)
     return Guard([] { ClearGm(); });
 }
 
-int32_t pa_emu_core_count(void) { return int32_t(g_cores.size()); }
-
 /* Read or write the selected core's CTRL register. */
 uint64_t pa_emu_ctrl(void)
 {

@@ -32,7 +32,6 @@ void Unemulated(const char *intrinsic)
 
 void Trap() { Raise("trap", Pipe::S, "assert", 0, "a pto-isa run-time check failed (trap)"); }
 
-using CrossWaitHook = bool (*)(int flag);
 namespace {
 CrossWaitHook g_cross_wait = nullptr;
 
@@ -171,4 +170,3 @@ void set_ffts_base_addr(uint64_t address)
 
 int64_t get_block_idx() { return Current().block; }
 int64_t get_subblockid() { return Current().sub; }
-int64_t get_block_num() { return 1; }

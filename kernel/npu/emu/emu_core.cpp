@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <utility>
 
@@ -211,37 +210,7 @@ void SetIssueHook(IssueHook hook) { g_hook = hook; }
 
 void Report(const Issue &issue)
 {
-    Count(issue.intrinsic);
     if (g_hook != nullptr) g_hook(issue);
-}
-
-namespace {
-std::mutex g_count_mutex;
-std::map<std::string, uint64_t> g_counts;
-}  // namespace
-
-void Count(const char *intrinsic)
-{
-    std::lock_guard<std::mutex> lock(g_count_mutex);
-    ++g_counts[intrinsic];
-}
-
-/* "name count\n" per executed intrinsic, into `out` (at most `size` bytes); returns the length needed. */
-extern "C" int64_t pa_emu_counts(char *out, int64_t size)
-{
-    std::lock_guard<std::mutex> lock(g_count_mutex);
-    std::string text;
-    for (const auto &[name, count] : g_counts) text += name + " " + std::to_string(count) + "\n";
-    if (out != nullptr && size > 0) {
-        std::snprintf(out, size_t(size), "%s", text.c_str());
-    }
-    return int64_t(text.size());
-}
-
-extern "C" void pa_emu_reset_counts(void)
-{
-    std::lock_guard<std::mutex> lock(g_count_mutex);
-    g_counts.clear();
 }
 
 }  // namespace pa::emu

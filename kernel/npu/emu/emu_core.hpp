@@ -106,8 +106,10 @@ using IssueHook = void (*)(const Issue &);
 void SetIssueHook(IssueHook hook);
 void Report(const Issue &issue);
 
-/* The intrinsics the emulator executed, by name (coverage of a run). */
-void Count(const char *intrinsic);
+/* Who may raise a cross-core counter a wait finds at 0: a scheduler running the other cores returns true
+ * once it has (the wait then proceeds); without one such a wait is a deadlock. */
+using CrossWaitHook = bool (*)(int flag);
+void SetCrossWaitHook(CrossWaitHook hook);
 
 }  // namespace pa::emu
 

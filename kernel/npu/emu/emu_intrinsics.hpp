@@ -169,6 +169,5 @@ void wait_flag_dev(int64_t flagId);
 void set_ffts_base_addr(uint64_t address);
 int64_t get_block_idx();
 int64_t get_subblockid();
-int64_t get_block_num();
 
 #endif /* PA_EMU_INTRINSICS_HPP */
