@@ -9,14 +9,11 @@ as host addresses, float scalars as their bits) and reads the result.  A fault c
 from __future__ import annotations
 
 import ctypes
-import os
 from functools import cache
 from pathlib import Path
 
+import built_library
 import numpy as np
-import pytest
-
-from launcher.library import lib_dir
 
 SPACES = {"UB": 1, "L1": 2, "L0A": 3, "L0B": 4, "L0C": 5}
 CUBE, VECTOR = 0, 1
@@ -29,12 +26,7 @@ class EmuFaultError(RuntimeError):
 
 
 def library_or_skip(name: str = "libpa_emu.so") -> Path:
-    path = lib_dir() / name
-    if not path.is_file():
-        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
-            pytest.fail(f"PA_KIT_REQUIRE_SIM=1 but {path} was not built (bash compile.sh builds it)")
-        pytest.skip(f"{path} not built (it needs clang-19 and the pto-isa headers; see compile.sh)")
-    return path
+    return built_library.library_or_skip(name)
 
 
 @cache

@@ -10,7 +10,6 @@ fail).  The simulation runs in a child process (pto-isa aborts the process on an
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from built_library import library_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the child process runs this file as a script
@@ -186,10 +186,7 @@ def test_mock_default_planner_is_not_invariant() -> None:
 
 @pytest.fixture(scope="module")
 def sim_built() -> None:
-    if not library_path("sim").is_file():
-        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
-            pytest.fail(f"PA_KIT_REQUIRE_SIM=1 but {library_path('sim')} was not built")
-        pytest.skip(f"{library_path('sim')} not built (needs clang-19 and pto-isa; see compile.sh)")
+    library_or_skip(library_path("sim").name)
 
 
 @pytest.mark.usefixtures("sim_built")

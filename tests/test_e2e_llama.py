@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+from built_library import library_or_skip
 
 from launcher import PagedAttentionRunner
 from launcher.library import library_path
@@ -51,10 +52,8 @@ TOLERANCE_FACTOR = 2.0
 
 
 def _backend_available(backend: str) -> None:
-    if backend == "sim" and not library_path("sim").is_file():
-        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
-            pytest.fail("PA_KIT_REQUIRE_SIM=1 but the simulation library was not built")
-        pytest.skip("build/lib/libpa_sim.so not built")
+    if backend == "sim":
+        library_or_skip(library_path("sim").name)
 
 
 def _run(dtype: str, backend: str, **options: Any) -> tuple[list[list[int]], torch.Tensor, Any]:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,14 @@ from tiling.workspace import capacity_workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import continuous_batching as loop
+from built_library import library_or_skip
 
 SIZES = {"num_heads": 8, "num_kv_heads": 2, "head_dim": 64, "block_size": 16}
 
 
 def _backend_or_skip(name: str) -> str:
-    if name == "sim" and not library_path("sim").is_file():
-        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
-            pytest.fail(f"PA_KIT_REQUIRE_SIM=1 but {library_path('sim')} was not built")
-        pytest.skip("the simulation library is not built (compile.sh needs clang-19 and pto-isa)")
+    if name == "sim":
+        library_or_skip(library_path("sim").name)
     return name
 
 
