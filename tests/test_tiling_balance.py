@@ -47,11 +47,10 @@ def unbalanced(lens: np.ndarray, monkeypatch: pytest.MonkeyPatch, **kw: object) 
 
 
 def core_loads(p: PagedAttentionPlan) -> np.ndarray:
-    """KV-head tokens per core, from the task list the tiling words describe."""
+    """Query-head tokens per core, from the task list the tiling words describe."""
     loads = np.zeros(p.block_dim)
-    group = p.num_heads // p.num_kv_heads
     for task in enumerate_tasks(p.tiling, p.block_dim):
-        loads[task.core] += task.token_count * task.head_count / group
+        loads[task.core] += task.token_count * task.head_count
     return loads
 
 
@@ -153,10 +152,10 @@ def test_batches_over_the_limit_keep_atbs_plan(monkeypatch: pytest.MonkeyPatch) 
 def test_a_one_split_sequence_pays_no_partial() -> None:
     """In a split-KV grid only a sequence of two or more ranges writes partials for the combine."""
     grid = one_pass_grid(3, 8, 2, 8, 512, 4, 4)
-    work = balance._Passes(grid, np.array([2000, 300, 0]), 8, 4, 128).former
-    per_task = 2 * balance.TASK_OVERHEAD  # two KV heads
-    assert work[1].sum() == 2 * 300 + per_task
-    assert work[0].sum() == 2 * 2000 + 4 * (per_task + 2 * balance.PARTIAL_OVERHEAD)
+    work = balance._Passes(grid, np.array([2000, 300, 0]), 8, 128).former
+    per_task = 8 * balance.TASK_OVERHEAD  # eight query heads
+    assert work[1].sum() == 8 * 300 + per_task
+    assert work[0].sum() == 8 * 2000 + 4 * (per_task + 8 * balance.PARTIAL_OVERHEAD)
     assert work[2].sum() == 0
 
 
@@ -176,19 +175,25 @@ def test_a_decode_step_inside_the_pages_reuses_the_decision() -> None:
     assert balance._decide.cache_info().hits == hits + 1
 
 
-def test_compiled_placement_matches_the_numpy_reference() -> None:
-    """``tiling/csrc/pa_balance.c`` gives the numpy placement's gather and loads bit for bit, on random ragged
-    batches and grids (BN with a tail pass, split-KV, several core counts); it is the planner's default when
-    built, so a difference would change plans."""
+def require_plan_library() -> None:
     import os
 
     from tiling import native
-    from tiling.splits import split_cores
 
     if not native.available():
         if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
             pytest.fail("PA_KIT_REQUIRE_SIM=1 but build/lib/libpa_plan.so was not built (bash compile.sh)")
         pytest.skip("build/lib/libpa_plan.so not built")
+
+
+def test_compiled_placement_matches_the_numpy_reference() -> None:
+    """``tiling/csrc/pa_balance.c`` gives the numpy placement's gather and loads bit for bit, on random ragged
+    batches and grids (BN with a tail pass, split-KV, several core counts); it is the planner's default when
+    built, so a difference would change plans."""
+    from tiling import native
+    from tiling.splits import split_cores
+
+    require_plan_library()
     rng = np.random.default_rng(11)
     grids = 0
     for _ in range(120):
@@ -198,7 +203,7 @@ def test_compiled_placement_matches_the_numpy_reference() -> None:
         cores = int(rng.choice([8, 20, 24]))
         for strategy in ("bn", "split_kv"):
             split = split_cores(batch, heads, kv, int(lens.max()), 128, 128, cores, strategy)  # type: ignore[arg-type]
-            passes = balance._Passes(split, lens, heads, heads // kv, 128)
+            passes = balance._Passes(split, lens, heads, 128)
             order = np.argsort(-lens, kind="stable")
             work = np.where((np.arange(batch) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
             single = (work[:, 1:] == 0).all(axis=1)
@@ -210,3 +215,36 @@ def test_compiled_placement_matches_the_numpy_reference() -> None:
             assert np.array_equal(fast[1], slow[1]), (batch, cores, strategy)
             grids += 1
     assert grids == 240
+
+
+def test_compiled_decision_matches_the_numpy_reference() -> None:
+    """``pa_balance_decide`` makes ``_decide_numpy``'s choice (keep the order, balanced order, or the split-KV
+    candidate grid) with the same gather map, on random ragged batches of every strategy, group size, page size
+    and core count, pinned grids included; and every answer occurs, so the comparison covers each branch."""
+    from tiling.splits import split_cores
+
+    require_plan_library()
+    rng = np.random.default_rng(23)
+    answers: dict[str, int] = {"keep": 0, "order": 0, "grid": 0}
+    for _ in range(400):
+        batch = int(rng.integers(2, 160))
+        high = float(rng.choice([300, 4096, 20000]))
+        lens = np.exp(rng.uniform(np.log(16), np.log(high), batch)).astype(np.int64)
+        lens[rng.random(batch) < 0.1] = 0
+        kv = int(rng.choice([1, 2, 4, 8]))
+        heads = kv * int(rng.choice([1, 3, 4, 8, 16]))
+        block_size, head_dim = int(rng.choice([16, 128])), int(rng.choice([64, 128]))
+        cores = int(rng.choice([7, 20, 24]))
+        strategy = str(rng.choice(["auto", "bn", "split_kv"]))
+        if lens.min() == lens.max():
+            continue
+        pages = -(-lens // block_size)
+        split = split_cores(batch, heads, kv, int(lens.max()), block_size, head_dim, cores, strategy)  # type: ignore[arg-type]
+        kw = {"num_heads": heads, "num_kv_heads": kv, "block_size": block_size, "head_dim": head_dim,
+              "core_count": cores, "grid_fixed": strategy != "auto"}
+        balance._decide.cache_clear()
+        fast = balance._decide(split, pages.tobytes(), **kw)
+        slow = balance._decide_numpy(split, pages * block_size, **kw)
+        assert fast == slow, (batch, heads, kv, block_size, cores, strategy)
+        answers["keep" if slow[1] is None else "order" if slow[0] == split else "grid"] += 1
+    assert min(answers.values()) >= 10, answers

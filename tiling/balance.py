@@ -18,8 +18,11 @@ it changes no task's arithmetic, only which core runs it.
 * Batches of more than :data:`MAX_BALANCED_BATCH` sequences keep ATB's order: with that many sequences per
   core its rounds hold neighbouring lengths, and the placement's host time grows with the batch.
 
-Work is counted in KV-head tokens (one token of one KV head's K and V rows).  It ranks placements and grids;
-the timing model (kernel/npu/PERFORMANCE.md, change 6) is what says the result is faster.
+Work is counted in query-head tokens (one token for one query head of a task; a task of whole groups reads a
+KV head's rows once, so this is KV-head tokens times the group size, the same ranking).  It is an integer held
+in a float64, so every sum is exact in any order and the compiled decision (``tiling/csrc/pa_balance.c``) makes
+the numpy reference's choices bit for bit.  It ranks placements and grids; the timing model
+(kernel/npu/PERFORMANCE.md, change 6) is what says the result is faster.
 """
 
 from __future__ import annotations
@@ -30,14 +33,13 @@ import math
 
 import numpy as np
 
-from tiling import abi
-from tiling.native import balanced_gather as native_balanced_gather
+from tiling import abi, native
 from tiling.splits import CoreSplit, ceil_div, combine_split_limit, one_pass_grid
 
-#: Work a task costs besides its tokens, in KV-head tokens per KV head it holds (its Q load, the first
+#: Work a task costs besides its tokens, in tokens per query head it holds (its Q load, the first
 #: hand-off's fill of the cube and vector pipes, its output or partial row).
 TASK_OVERHEAD = 64
-#: Work of one split's partial in the combine, in KV-head tokens per KV head (a partial row written and read
+#: Work of one split's partial in the combine, in tokens per query head (a partial row written and read
 #: again, its weight), for a sequence of two or more splits; a one-split sequence writes its output row
 #: instead (kernel/npu/pa_vector.hpp, Finish).
 PARTIAL_OVERHEAD = 16
@@ -51,14 +53,13 @@ MAX_BALANCED_BATCH = 1024
 #: all stay inside their pages re-plans without placing anything.
 DECISIONS_CACHED = 8
 #: A tie between two starts goes to the lower position, added at this scale: below any real difference of
-#: ends (whole KV-head tokens, or 1/64 of one for tasks of part of a group) at the batch sizes balanced.  Past
-#: about 2^23 KV-head tokens on a core it is lost in rounding and a tie goes to the lowest start core: still
-#: deterministic.
+#: ends (whole query-head tokens) at the batch sizes balanced.  Past about 2^23 query-head tokens on a core it
+#: is lost in rounding and a tie goes to the lowest start core: still deterministic.
 TIE_SCALE = 1.0 / (1 << 30)
 
 
-def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int, kv_split: int, kvcn: int,
-               block_size: int, cores: int) -> np.ndarray:
+def _pass_work(lens: np.ndarray, *, num_heads: int, head_split: int, kv_split: int, kvcn: int, block_size: int,
+               cores: int) -> np.ndarray:
     """Work per core of each sequence's processes when its position's first process lands on core 0.
 
     Processes run head chunk major, split minor (the task loop); splits past a sequence's length are empty.
@@ -71,8 +72,8 @@ def _pass_work(lens: np.ndarray, *, num_heads: int, group: int, head_split: int,
                       np.where(index[None, :] == splits[:, None] - 1, lens[:, None] - index[None, :] * kv_split, 0))
     overhead = TASK_OVERHEAD + np.where(splits >= 2, PARTIAL_OVERHEAD, 0)[:, None]  # one split: no partial
     per_split = np.where(tokens > 0, tokens + overhead, 0).astype(np.float64)
-    kv_heads = np.minimum(head_split, num_heads - np.arange(chunks) * head_split) / group
-    work = (kv_heads[None, :, None] * per_split[:, None, :]).reshape(lens.size, chunks * kvcn)
+    heads = np.minimum(head_split, num_heads - np.arange(chunks) * head_split)
+    work = (heads[None, :, None] * per_split[:, None, :]).reshape(lens.size, chunks * kvcn)
     width = ceil_div(work.shape[1], cores) * cores
     padded = np.zeros((lens.size, width))
     padded[:, :work.shape[1]] = work
@@ -83,7 +84,7 @@ class _Passes:
     """A grid's positions: which pass each is in, the core its first process lands on, and every sequence's
     work per core in either pass."""
 
-    def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, group: int, block_size: int) -> None:
+    def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, block_size: int) -> None:
         self.split, self.lens = split, lens
         cores = split.block_dim
         former_p = ceil_div(num_heads, split.former_head) * split.kv_core_num
@@ -91,7 +92,7 @@ class _Passes:
         positions = np.arange(lens.size)
         self.is_tail = positions >= split.former_batch
         self.base = np.where(self.is_tail, (positions - split.former_batch) * tail_p, positions * former_p) % cores
-        common = {"num_heads": num_heads, "group": group, "block_size": block_size, "cores": cores}
+        common = {"num_heads": num_heads, "block_size": block_size, "cores": cores}
         self.former = _pass_work(lens, head_split=split.former_head, kv_split=split.kv_split_tokens,
                                  kvcn=split.kv_core_num, **common)
         self.tail = _pass_work(lens, head_split=split.tail_head, kv_split=split.kv_split_tokens, kvcn=1,
@@ -100,8 +101,9 @@ class _Passes:
 
 def core_work(split: CoreSplit, lens: np.ndarray, gather: np.ndarray, *, num_heads: int, num_kv_heads: int,
               block_size: int) -> np.ndarray:
-    """Work per core (KV-head tokens) of a grid and gather map, as the task loop distributes it."""
-    return _core_work(_Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size), gather)
+    """Work per core (query-head tokens) of a grid and gather map, as the task loop distributes it."""
+    del num_kv_heads  # the unit counts query heads: the same for every group size
+    return _core_work(_Passes(split, lens, num_heads, block_size), gather)
 
 
 def _core_work(passes: _Passes, gather: np.ndarray) -> np.ndarray:
@@ -122,7 +124,8 @@ def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_k
     least loaded free start (a heap: the classic longest-processing-time rule); one of several tasks is
     tried at every free start at once.
     """
-    return _balanced_gather(_Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size))
+    del num_kv_heads
+    return _balanced_gather(_Passes(split, lens, num_heads, block_size))
 
 
 def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
@@ -131,10 +134,10 @@ def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(-lens, kind="stable")
     work = np.where((np.arange(lens.size) < split.tail_batch)[:, None], passes.tail[order], passes.former[order])
     single = (work[:, 1:] == 0).all(axis=1)  # at most one task, on the core the position starts at
-    native = native_balanced_gather(cores, split.tail_batch, passes.is_tail, passes.base, order, work, single,
+    placed = native.balanced_gather(cores, split.tail_batch, passes.is_tail, passes.base, order, work, single,
                                     TIE_SCALE)
-    if native is not None:
-        return native
+    if placed is not None:
+        return placed
     return _balanced_gather_numpy(passes, order, work, single)
 
 
@@ -202,7 +205,6 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
     more also :data:`PARTIAL_OVERHEAD`) plus half a range, the excess a longest-first placement typically
     leaves; the fewest ranges among equals.
     """
-    group = num_heads // num_kv_heads
     pages = -(-int(lens.max()) // block_size)
     head_split = widest_whole_groups(num_heads, num_kv_heads)
     chunks = ceil_div(num_heads, head_split)
@@ -217,8 +219,8 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
     aligned_pages = -(-lens // block_size)
     ranges = -(-aligned_pages[None, :] // split_pages[:, None])
     partials = np.where(ranges >= 2, ranges, 0).sum(axis=1)
-    total = (float(lens.sum()) + ranges.sum(axis=1) * TASK_OVERHEAD + partials * PARTIAL_OVERHEAD) * num_heads / group
-    one_range = (split_pages * block_size + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split / group
+    total = (float(lens.sum()) + ranges.sum(axis=1) * TASK_OVERHEAD + partials * PARTIAL_OVERHEAD) * num_heads
+    one_range = (split_pages * block_size + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split
     estimate = np.maximum(total / block_dim + one_range / 2, one_range)
     reach = np.gcd(chunks * kvcn, block_dim)
     best = int(np.lexsort((kvcn, estimate, reach))[0])
@@ -254,10 +256,35 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
 @functools.lru_cache(maxsize=DECISIONS_CACHED)
 def _decide(split: CoreSplit, pages: bytes, *, num_heads: int, num_kv_heads: int, block_size: int, head_dim: int,
             core_count: int, grid_fixed: bool) -> tuple[CoreSplit, bytes | None]:
-    """:func:`balance_ragged` on page counts: the grid and the gather map (None: keep the ascending order)."""
-    kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
+    """:func:`balance_ragged` on page counts: the grid and the gather map (None: keep the ascending order).
+
+    The compiled decision when ``build/lib/libpa_plan.so`` is built, else :func:`_decide_numpy`: the same
+    choices bit for bit.
+    """
     lens = np.frombuffer(pages, dtype=np.int64) * block_size
-    passes = _Passes(split, lens, num_heads, num_heads // num_kv_heads, block_size)
+    decided = native.balance_decide(
+        split, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size, head_dim=head_dim,
+        core_count=core_count, grid_fixed=grid_fixed, combine_limit=combine_split_limit(head_dim),
+        whole_group_heads=widest_whole_groups(num_heads, num_kv_heads), task_overhead=TASK_OVERHEAD,
+        partial_overhead=PARTIAL_OVERHEAD, min_gain=MIN_GAIN, tie_scale=TIE_SCALE)
+    if decided is None:
+        return _decide_numpy(split, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
+                             head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed)
+    decision, grid, gather = decided
+    if decision == native.KEEP_ASCENDING:
+        return split, None
+    if decision == native.CANDIDATE_GRID:
+        assert grid is not None
+        split = one_pass_grid(lens.size, num_heads, num_kv_heads, grid.former_head, grid.kv_split_tokens,
+                              grid.kv_core_num, core_count)
+    return split, gather.tobytes()
+
+
+def _decide_numpy(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int, block_size: int,
+                  head_dim: int, core_count: int, grid_fixed: bool) -> tuple[CoreSplit, bytes | None]:
+    """The decision in numpy: the reference ``tiling/csrc/pa_balance.c`` (``pa_balance_decide``) must match."""
+    kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
+    passes = _Passes(split, lens, num_heads, block_size)
     work = _core_work(passes, np.argsort(lens, kind="stable"))
     mean = work.mean()
     if work.max() <= (1.0 + MIN_GAIN) * mean:
