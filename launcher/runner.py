@@ -26,7 +26,10 @@ from launcher.validation import DecodeShape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention, rules
 
 ArgSlot = abi.ArgSlot
-#: Workspace that carries state between tasks of one launch: zeroed per launch under split-KV.
+#: Workspace that carries state between tasks of one launch.  Zeroed per launch under split-KV only for an
+#: external ATB-ABI kernel, whose needs are not ours to prove; the mock and pa-kit's NPU kernel write every
+#: partial and log-sum-exp their combine reads (``docs/CONTRACT.md``, "Split-KV combine"; the tests poison
+#: the workspace), so a memset of up to B x Hq x kvCN x D floats per layer would only hide a missed write.
 SPLIT_KV_STATE = (ArgSlot.O_CORE, ArgSlot.L)
 _Q_ARG, _K_ARG = FIRST_POINTER_ARG + ArgSlot.Q, FIRST_POINTER_ARG + ArgSlot.K
 _V_ARG, _O_ARG = FIRST_POINTER_ARG + ArgSlot.V, FIRST_POINTER_ARG + ArgSlot.O
@@ -210,7 +213,7 @@ class PagedAttentionRunner:
         self._run_launch = make(self.library.call_kernel, self._run_args, self._extents,  # type: ignore[arg-type]
                                 plan.num_blocks, self.checked)
         self._zero_state: Launch | None = None
-        if plan.kv_core_num > 1:
+        if plan.kv_core_num > 1 and self.library.external:
             state = tuple(dev.workspace[slot] for slot in SPLIT_KV_STATE if slot in dev.workspace)
             self._zero_state = self.backend.on_stream(_zeroer(state), self._stream)
         self._empty_rows: torch.Tensor | None = None

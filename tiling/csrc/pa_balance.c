@@ -27,9 +27,9 @@ int32_t pa_balanced_gather(int32_t cores, int32_t n, int32_t tail_batch, const u
     int64_t *offset = calloc((size_t)2 * cores + 1, sizeof(int64_t));
     int64_t *head = calloc((size_t)2 * cores, sizeof(int64_t));
     int64_t *queue = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    double *ends = malloc(sizeof(double) * (size_t)cores);
-    if (!count || !offset || !head || !queue || !ends) {
-        free(count), free(offset), free(head), free(queue), free(ends);
+    int64_t *offsets = malloc(sizeof(int64_t) * (size_t)cores);
+    if (!count || !offset || !head || !queue || !offsets) {
+        free(count), free(offset), free(head), free(queue), free(offsets);
         return -2;
     }
     for (int64_t p = 0; p < n; ++p) ++count[(int64_t)is_tail[p] * cores + base[p]];
@@ -58,12 +58,18 @@ int32_t pa_balanced_gather(int32_t cores, int32_t n, int32_t tail_batch, const u
             if (best < 0) break;
             load[best] += w[0];
         } else {
+            /* only the cores it lands on count: its nonzero offsets from the start (a few per sequence) */
+            int64_t touched = 0;
+            for (int64_t i = 0; i < cores; ++i) {
+                if (w[i] > 0) offsets[touched++] = i;
+            }
             double bestKey = INFINITY;
             for (int64_t b = 0; b < cores; ++b) {
                 double end = -INFINITY;
-                for (int64_t i = 0; i < cores; ++i) {
-                    const double placed = w[(i - b + cores) % cores];
-                    if (placed > 0 && load[i] + placed > end) end = load[i] + placed;
+                for (int64_t t = 0; t < touched; ++t) {
+                    const int64_t i = b + offsets[t] < cores ? b + offsets[t] : b + offsets[t] - cores;
+                    const double ended = load[i] + w[offsets[t]];
+                    if (ended > end) end = ended;
                 }
                 const double first = qhead[b] == qend[b] ? INFINITY : (double)queue[qhead[b]];
                 const double key = end + first * tie_scale;
@@ -76,7 +82,7 @@ int32_t pa_balanced_gather(int32_t cores, int32_t n, int32_t tail_batch, const u
         }
         gather[queue[head[pass * cores + best]++]] = order[rank];
     }
-    free(count), free(offset), free(head), free(queue), free(ends);
+    free(count), free(offset), free(head), free(queue), free(offsets);
     return 0;
 }
 
