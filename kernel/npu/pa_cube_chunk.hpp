@@ -125,25 +125,24 @@ struct ChunkPath {
                     uint32_t r0, m;
                     st.RunRows(tk, kvh0 + j, r0, m);
                     const uint32_t b = st.l0Toggle++ & 1u;
-                    KMat kMat(d, pc.len);
-                    KRight kRight(d, pc.len);
+                    auto op = Tiles::Qk(m, d, pc.len); /* whole static widths: CubeTiles::QkOperands */
                     QLeft qLeft(m, d);
-                    SAcc acc(m, pc.len);
-                    Assign(kMat, HeadView(bl, j, d));
-                    Assign(kRight, b * kL0bOpBytes);
+                    Assign(op.kMat, HeadView(bl, j, d));
+                    Assign(op.kRight, b * kL0bOpBytes);
                     Assign(qLeft, j * kL0aQBytes);
-                    Assign(acc, b * kL0cSBytes);
+                    Assign(op.acc, b * kL0cSBytes);
+                    Assign(op.s, b * kL0cSBytes);
                     WaitFlag(L0Free(b));
-                    Mov(kRight, kMat);
+                    Mov(op.kRight, op.kMat);
                     if (j + 1 == nkv) SetFlag(KvL1Free(bl));
                     Handoff(L0Ready(b));
                     WaitFlag(SAccFree(b));
-                    Matmul(acc, qLeft, kRight);
+                    Matmul(op.acc, qLeft, op.kRight);
                     Count(kCountMatmul);
                     SetFlag(L0Free(b));
                     Handoff(SAccReady(b));
                     StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + pc.col, m, pc.len,
-                            st.t.handoff, acc, kTrafficScratch);
+                            st.t.handoff, op.s, kTrafficScratch);
                     SetFlag(SAccFree(b));
                 }
             });
@@ -196,25 +195,23 @@ struct ChunkPath {
                         uint32_t r0, m;
                         st.RunRows(tk, kvh0 + j, r0, m);
                         const uint32_t b = st.l0Toggle++ & 1u;
-                        VMat vMat(pc.len, d);
-                        VRight vRight(pc.len, d);
+                        auto op = Tiles::Pv(m, d, pc.len); /* whole static widths: CubeTiles::PvOperands */
                         PMat pMat(m, wl);
                         PLeft pLeft(m, pc.len);
-                        OAcc acc(m, d);
-                        Assign(vMat, HeadView(bl, j, d));
-                        Assign(vRight, b * kL0bOpBytes);
+                        Assign(op.vMat, HeadView(bl, j, d));
+                        Assign(op.vRight, b * kL0bOpBytes);
                         Assign(pMat, kL1P + j * kL1PBytes);
                         Assign(pLeft, kL0aP + b * kL0aPBytes);
-                        Assign(acc, kL0cO + j * kL0cOBytes);
+                        Assign(op.acc, kL0cO + j * kL0cOBytes);
                         WaitFlag(L0Free(b));
                         Extract(pLeft, pMat, 0, pc.col - w0);
-                        Mov(vRight, vMat);
+                        Mov(op.vRight, op.vMat);
                         if (j + 1 == nkv) SetFlag(KvL1Free(bl));
                         Handoff(L0Ready(b));
                         if (first) {
-                            Matmul(acc, pLeft, vRight);
+                            Matmul(op.acc, pLeft, op.vRight);
                         } else {
-                            MatmulAcc(acc, pLeft, vRight);
+                            MatmulAcc(op.acc, pLeft, op.vRight);
                         }
                         Count(kCountMatmul);
                         SetFlag(L0Free(b));
@@ -227,9 +224,9 @@ struct ChunkPath {
             for (uint32_t j = 0; j < nkv; ++j) {
                 uint32_t r0, m;
                 st.RunRows(tk, kvh0 + j, r0, m);
-                OAcc acc(m, d);
-                Assign(acc, kL0cO + j * kL0cOBytes);
-                StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
+                auto op = Tiles::Pv(m, d, 0);
+                Assign(op.o, kL0cO + j * kL0cOBytes);
+                StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, op.o, kTrafficScratch);
             }
             SetFlag(kOAccFree);
         });

@@ -72,25 +72,26 @@ struct HeadPath {
             st.ForEachPiece(tk, u, 0, UnitTokens(st.t, tk, u), kSub, [&](const Piece &pc) {
                 const uint32_t b = st.l1Toggle++ & 1u;
                 KMat kMat(d, pc.len);
-                KRight kRight(d, pc.len);
-                SAcc acc(m, pc.len);
+                auto op = Tiles::Qk(m, d, pc.len); /* whole static widths: CubeTiles::QkOperands */
                 Assign(kMat, kL1Kv0 + b * kL1KvBytes);
-                Assign(kRight, b * kL0bBytes);
-                Assign(acc, kL0cS + b * kL0cSBytes);
+                Assign(op.kMat, kL1Kv0 + b * kL1KvBytes);
+                Assign(op.kRight, b * kL0bBytes);
+                Assign(op.acc, kL0cS + b * kL0cSBytes);
+                Assign(op.s, kL0cS + b * kL0cSBytes);
                 WaitFlag(KvL1Free(b));
                 LoadDn(kMat, st.k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
                 Handoff(KvLoaded(b));
                 WaitFlag(L0Free(b));
-                Mov(kRight, kMat);
+                Mov(op.kRight, op.kMat);
                 SetFlag(KvL1Free(b));
                 Handoff(L0Ready(b));
                 WaitFlag(SAccFree(b));
-                Matmul(acc, qLeft, kRight);
+                Matmul(op.acc, qLeft, op.kRight);
                 Count(kCountMatmul);
                 SetFlag(L0Free(b));
                 Handoff(SAccReady(b));
                 StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + pc.col, m, pc.len, st.t.handoff,
-                        acc, kTrafficScratch);
+                        op.s, kTrafficScratch);
                 SetFlag(SAccFree(b));
             });
             SetFlag(kQLeftFree);
@@ -108,8 +109,9 @@ struct HeadPath {
         for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
             uint32_t r0, m;
             st.RunRows(tk, kvh, r0, m);
-            OAcc acc(m, d);
-            Assign(acc, kL0cO);
+            auto out = Tiles::Pv(m, d, 0); /* out.acc accumulates (whole static width), out.o is stored */
+            Assign(out.acc, kL0cO);
+            Assign(out.o, kL0cO);
             bool first = true;
             for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
                 const uint32_t wl = PieceTokens(unitLen, w0);
@@ -129,10 +131,11 @@ struct HeadPath {
                 st.ForEachPiece(tk, u, w0, w0 + wl, kSub, [&](const Piece &pc) {
                     const uint32_t b = st.l1Toggle++ & 1u;
                     VMat vMat(pc.len, d);
-                    VRight vRight(pc.len, d);
+                    auto op = Tiles::Pv(m, d, pc.len); /* whole static widths: CubeTiles::PvOperands */
                     PLeft pLeft(m, pc.len);
                     Assign(vMat, kL1Kv0 + b * kL1KvBytes);
-                    Assign(vRight, b * kL0bBytes);
+                    Assign(op.vMat, kL1Kv0 + b * kL1KvBytes);
+                    Assign(op.vRight, b * kL0bBytes);
                     Assign(pLeft, kL0aP + b * kL0aPBytes);
                     WaitFlag(KvL1Free(b));
                     if (pc.len % 16 != 0) {
@@ -145,13 +148,13 @@ struct HeadPath {
                     Handoff(KvLoaded(b));
                     WaitFlag(L0Free(b));
                     Extract(pLeft, pMat, 0, pc.col - w0);
-                    Mov(vRight, vMat);
+                    Mov(op.vRight, op.vMat);
                     SetFlag(KvL1Free(b));
                     Handoff(L0Ready(b));
                     if (first) {
-                        Matmul(acc, pLeft, vRight);
+                        Matmul(out.acc, pLeft, op.vRight);
                     } else {
-                        MatmulAcc(acc, pLeft, vRight);
+                        MatmulAcc(out.acc, pLeft, op.vRight);
                     }
                     first = false;
                     Count(kCountMatmul);
@@ -160,7 +163,7 @@ struct HeadPath {
                 SetFlag(kPL1Free);
             }
             Handoff(kOAccReady);
-            StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, acc, kTrafficScratch);
+            StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, out.o, kTrafficScratch);
             SetFlag(kOAccFree);
         }
     }

@@ -28,6 +28,34 @@ struct CubeTiles {
     using VRight = TileRight<T, Tok, DCap, DYNAMIC, DYNAMIC>;
     using SAcc = TileAcc<float, Rows, Tok, DYNAMIC, DYNAMIC>;
     using OAcc = TileAcc<float, Rows, DCap, DYNAMIC, DYNAMIC>;
+
+    /* The cube moves and multiplies whole static widths.  On A2/A3 TMOV lays a right operand out in L0B for its
+     * static columns while TMATMUL hands mad the valid n, and mad steps over ceil(n / 16) fractals per 16-row
+     * block of B: a right operand narrower than its tile multiplies the wrong elements (kernel/npu/emu/
+     * SEMANTICS.md, defect 2; the CPU implementation does not show it).  So the right operand and the
+     * accumulator of every matmul are valid over all their static columns, and only the valid ones are stored:
+     * the columns past them are computed from whatever the L1 buffer holds there (stale or hostile, never
+     * read back as a result).  The inner length stays the valid one (k: the padding rules of ZeroL1). */
+    struct QkOperands {
+        KMat kMat;     /* K^T of the piece in L1, moved whole (d x Tok) */
+        KRight kRight; /* d x Tok */
+        SAcc acc;      /* m x Tok: what the matmul writes */
+        SAcc s;        /* m x len: the same L0C bytes, what is stored as S */
+    };
+    static AICORE inline QkOperands Qk(uint32_t m, uint32_t d, uint32_t len)
+    {
+        return {KMat(d, Tok), KRight(d, Tok), SAcc(m, Tok), SAcc(m, len)};
+    }
+    struct PvOperands {
+        VMat vMat;     /* V of the piece in L1, moved whole (len x DCap) */
+        VRight vRight; /* len x DCap */
+        OAcc acc;      /* m x DCap: what the matmuls accumulate */
+        OAcc o;        /* m x d: the same L0C bytes, what is stored as O_tmp */
+    };
+    static AICORE inline PvOperands Pv(uint32_t m, uint32_t d, uint32_t len)
+    {
+        return {VMat(len, DCap), VRight(len, DCap), OAcc(m, DCap), OAcc(m, d)};
+    }
 };
 
 template <typename T>
