@@ -100,7 +100,7 @@ STATIC = 128  # the chunk path's static tile extents: Tok = DCap = 128
 @cache
 def cube_harness(kind: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_or_skip(f"libpa_emu_diff_cube_{kind}.so")))
-    lib.pa_diff_cube.argtypes = [ctypes.c_int32] * 6 + [ctypes.c_void_p] * 3
+    lib.pa_diff_cube.argtypes = [ctypes.c_int32] * 8 + [ctypes.c_void_p] * 3
     lib.pa_diff_last_error.restype = ctypes.c_char_p
     return lib
 
@@ -116,13 +116,18 @@ def from16(x: np.ndarray, dtype: str) -> np.ndarray:
         (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+CHUNK_PATH, HEAD_PATH = 0, 1
+
+
 def run_cube(kind: str, chain: int, dtype: str, rows: int, tokens: int, dim: int, col: int, x: np.ndarray,
-             y: np.ndarray) -> np.ndarray:
+             y: np.ndarray, *, path: int = CHUNK_PATH, kernel_operands: bool = False) -> np.ndarray:
+    """One chain; ``kernel_operands`` uses the kernel's own matmul operands (``CubeTiles::Qk`` / ``Pv``),
+    otherwise every tile is valid over the data's extent (the kernel before defect 2 was fixed)."""
     size = rows * (tokens if chain == 0 else dim)
     out = np.full(size + 32, np.nan, dtype=np.float32)
     lib = cube_harness(kind)
-    if lib.pa_diff_cube(chain, int(dtype == "bf16"), rows, tokens, dim, col, x.ctypes.data, y.ctypes.data,
-                        out.ctypes.data) != 0:
+    if lib.pa_diff_cube(chain, int(dtype == "bf16"), path, int(kernel_operands), rows, tokens, dim, col,
+                        x.ctypes.data, y.ctypes.data, out.ctypes.data) != 0:
         raise AssertionError(f"{kind}: {lib.pa_diff_last_error().decode()}")
     assert np.isnan(out[size:]).all(), f"{kind}: wrote past the result"
     return out[:size].reshape(rows, -1)
@@ -176,3 +181,52 @@ def test_cube_chain_on_the_emulator_against_the_cpu_implementation(case: tuple[i
     device_model = factor * (a @ static_b_read_with_valid_n(b_static, n))
     assert np.abs(dev - device_model).max() <= tolerance, "the emulator's result is not the modelled misread"
     assert np.abs(dev - golden).max() > 100 * tolerance, "the A2/A3 result should be wrong here"
+
+
+def chain_inputs(case: tuple[int, str, int, int, int, int], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, the float64 golden) of a chain case."""
+    chain, dtype, rows, tokens, dim, col = case
+    rng = np.random.default_rng(seed)
+    x = as16(rng.standard_normal((rows, dim)) if chain == 0 else rng.uniform(0, 1, (rows, 512)), dtype)
+    y = as16(rng.standard_normal((tokens, dim)), dtype)
+    a = from16(x, dtype) if chain == 0 else from16(x, dtype)[:, col:col + tokens]
+    b = from16(y, dtype).T if chain == 0 else from16(y, dtype)
+    return x, y, (1.0 if chain == 0 else 2.0) * (a @ b)
+
+
+#: Pieces shorter than the tile, head dims below DCap, partial rows; the head path's tiles hold kCubeRows (32)
+#: rows, so its cases also take two 16-row blocks of A.
+KERNEL_CASES = [  # (path, chain, dtype, rows, tokens, dim, col)
+    (CHUNK_PATH, 0, "fp16", 16, 44, 128, 0), (CHUNK_PATH, 0, "bf16", 3, 112, 96, 0),
+    (CHUNK_PATH, 0, "fp16", 16, 128, 64, 0), (CHUNK_PATH, 1, "fp16", 16, 96, 64, 384),
+    (CHUNK_PATH, 1, "bf16", 16, 96, 80, 192), (CHUNK_PATH, 1, "fp16", 7, 33, 128, 64),
+    # one q head (MHA): TMATMUL avoids mad's GEMV form
+    (CHUNK_PATH, 0, "fp16", 1, 128, 128, 0), (CHUNK_PATH, 1, "bf16", 1, 96, 128, 64),
+    (HEAD_PATH, 0, "fp16", 17, 44, 96, 0), (HEAD_PATH, 1, "fp16", 17, 128, 128, 0),  # a last block of one row
+    (HEAD_PATH, 0, "fp16", 24, 44, 96, 0), (HEAD_PATH, 0, "bf16", 32, 128, 128, 0),
+    (HEAD_PATH, 0, "fp16", 17, 128, 64, 0), (HEAD_PATH, 1, "fp16", 31, 96, 96, 64),
+    (HEAD_PATH, 1, "bf16", 32, 128, 128, 0), (HEAD_PATH, 1, "fp16", 24, 17, 112, 300),
+]
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=[
+    f"{'chunk' if c[0] == CHUNK_PATH else 'head'}-{'qk' if c[1] == 0 else 'pv'}-{c[2]}-r{c[3]}t{c[4]}d{c[5]}c{c[6]}"
+    for c in KERNEL_CASES])
+def test_the_kernels_matmul_operands_are_right_on_the_a2a3_path(case: tuple[int, ...]) -> None:
+    """Regression of defect 2: with the kernel's operands (right operand and accumulator at their static width,
+    the valid columns stored) pto-isa's A2/A3 path on the emulator gives the float64 golden's result, where the
+    data-extent operands do not (the negative control, on the cases with a narrow right operand)."""
+    path, *rest = case
+    chain, dtype, rows, tokens, dim, col = rest
+    x, y, golden = chain_inputs(tuple(rest), seed=sum(rest[2:]))  # type: ignore[arg-type]
+    dev = run_cube("dev", chain, dtype, rows, tokens, dim, col, x, y, path=path, kernel_operands=True)
+    cpu = run_cube("cpu", chain, dtype, rows, tokens, dim, col, x, y, path=path, kernel_operands=True)
+    scale = np.abs(golden).max() + 1.0
+    tolerance = 1e-5 * scale * (dim if chain == 0 else tokens)
+    assert np.abs(cpu - golden).max() <= tolerance, "the CPU implementation disagrees with the golden"
+    assert np.abs(dev - golden).max() <= tolerance, np.unravel_index(np.argmax(np.abs(dev - golden)), dev.shape)
+    narrow = (tokens if chain == 0 else dim) < STATIC
+    if narrow:
+        before = run_cube("dev", chain, dtype, rows, tokens, dim, col, x, y, path=path, kernel_operands=False)
+        assert np.abs(before - golden).max() > 100 * tolerance, "the data-extent operands should be wrong here"
+

@@ -50,6 +50,103 @@ struct HeadPath {
 
     using Piece = typename CubeState<T>::Piece;
 
+    /* Every matmul takes one 16-row block of A at most.  mad steps A's row blocks by the *valid* k rounded up to
+     * 16, while TMOV / TEXTRACT lay L0A out for the tile's static columns, so a left operand of two row blocks
+     * whose k is below its static width (Q.K^T with D below DCap, P.V of a sub-tile shorter than kSub) multiplies
+     * the wrong elements from its second block on (defect 3; the CPU implementation does not show it).  Each
+     * block is its own 16-row L0A tile, extracted from the L1 tile at its row, with its own L0C accumulator;
+     * results are stored block by block. */
+    static constexpr uint32_t kBlockRows = 16;
+    using Block = CubeTiles<T, DCap, int(kBlockRows), kSub>;
+    static constexpr uint32_t kQBlockBytes = kBlockRows * uint32_t(QLeft::Cols) * sizeof(T);
+    static constexpr uint32_t kPBlockBytes = kBlockRows * uint32_t(PLeft::Cols) * sizeof(T);
+    static constexpr uint32_t kSBlockBytes = kBlockRows * uint32_t(SAcc::Cols) * sizeof(float);
+    static constexpr uint32_t kOBlockBytes = kBlockRows * uint32_t(OAcc::Cols) * sizeof(float);
+    static_assert(kCubeRows % kBlockRows == 0, "the tiles hold whole row blocks");
+    static AICORE inline uint32_t Blocks(uint32_t m) { return (m + kBlockRows - 1) / kBlockRows; }
+    static AICORE inline uint32_t BlockRows(uint32_t m, uint32_t blk)
+    {
+        return m - blk * kBlockRows < kBlockRows ? m - blk * kBlockRows : kBlockRows;
+    }
+
+    /* Q's row blocks from the L1 tile at l1Q into their L0A tiles from l0aQ (MTE1). */
+    static AICORE inline void MoveQBlocks(uint32_t m, uint32_t d, uint32_t l1Q, uint32_t l0aQ)
+    {
+        QMat all(m, d);
+        Assign(all, l1Q);
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            typename Block::QLeft qBlock(BlockRows(m, blk), d);
+            Assign(qBlock, l0aQ + blk * kQBlockBytes);
+            Extract(qBlock, all, blk * kBlockRows, 0);
+        }
+    }
+
+    /* S of m rows = Q.K^T, block by block: Q's blocks at l0aQ, the blocks' accumulators from l0cS. */
+    static AICORE inline void QkBlocks(uint32_t m, uint32_t d, uint32_t len, uint32_t l0aQ, uint32_t l0cS,
+                                       KRight &right)
+    {
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            const uint32_t mb = BlockRows(m, blk);
+            typename Block::QLeft qBlock(mb, d);
+            auto ob = Block::Qk(mb, d, len);
+            Assign(qBlock, l0aQ + blk * kQBlockBytes);
+            Assign(ob.acc, l0cS + blk * kSBlockBytes);
+            Matmul(ob.acc, qBlock, right);
+            Count(kCountMatmul);
+        }
+    }
+
+    /* O of m rows (+)= P.V, block by block: P's blocks extracted from the L1 window at l1P (column col) into L0A
+     * from l0aP (MTE1), the blocks' accumulators from l0cO.  The caller orders the extracts (L0Free). */
+    static AICORE inline void ExtractPBlocks(uint32_t m, uint32_t wl, uint32_t len, uint32_t col, uint32_t l1P,
+                                             uint32_t l0aP)
+    {
+        PMat all(m, wl);
+        Assign(all, l1P);
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            typename Block::PLeft pBlock(BlockRows(m, blk), len);
+            Assign(pBlock, l0aP + blk * kPBlockBytes);
+            Extract(pBlock, all, blk * kBlockRows, col);
+        }
+    }
+    static AICORE inline void PvBlocks(uint32_t m, uint32_t d, uint32_t len, uint32_t l0aP, uint32_t l0cO,
+                                       VRight &right, bool first)
+    {
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            const uint32_t mb = BlockRows(m, blk);
+            typename Block::PLeft pBlock(mb, len);
+            auto ob = Block::Pv(mb, d, len); /* ob.acc accumulates (whole static width) */
+            Assign(pBlock, l0aP + blk * kPBlockBytes);
+            Assign(ob.acc, l0cO + blk * kOBlockBytes);
+            if (first) {
+                Matmul(ob.acc, pBlock, right);
+            } else {
+                MatmulAcc(ob.acc, pBlock, right);
+            }
+            Count(kCountMatmul);
+        }
+    }
+
+    /* store(tile, first row, rows) for each block's valid result: S (m x len) from l0cS or O (m x d) from l0cO. */
+    template <typename Store>
+    static AICORE inline void StoreSBlocks(uint32_t m, uint32_t d, uint32_t len, uint32_t l0cS, Store &&store)
+    {
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            auto ob = Block::Qk(BlockRows(m, blk), d, len);
+            Assign(ob.s, l0cS + blk * kSBlockBytes);
+            store(ob.s, blk * kBlockRows, BlockRows(m, blk));
+        }
+    }
+    template <typename Store>
+    static AICORE inline void StoreOBlocks(uint32_t m, uint32_t d, uint32_t l0cO, Store &&store)
+    {
+        for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
+            auto ob = Block::Pv(BlockRows(m, blk), d, 0);
+            Assign(ob.o, l0cO + blk * kOBlockBytes);
+            store(ob.o, blk * kBlockRows, BlockRows(m, blk));
+        }
+    }
+
     /* Unit u of a task: S = Q.K^T per KV-group run, sub-tile by sub-tile, into GM scratch stage `stage`. */
     static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
@@ -58,14 +155,12 @@ struct HeadPath {
             uint32_t r0, m;
             st.RunRows(tk, kvh, r0, m);
             QMat qMat(m, d);
-            QLeft qLeft(m, d);
             Assign(qMat, kL1Q);
-            Assign(qLeft, kL0aQ);
             WaitFlag(kQL1Free);
             LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
             Handoff(kQLoaded);
             WaitFlag(kQLeftFree);
-            Mov(qLeft, qMat);
+            MoveQBlocks(m, d, kL1Q, kL0aQ);
             SetFlag(kQL1Free);
             /* No Q -> M flag: the first sub-tile's L0Ready(b) below is set on MTE1 after this move, and a
              * set_flag waits for all earlier instructions of its pipe, so the matmul sees Q in L0A. */
@@ -76,8 +171,6 @@ struct HeadPath {
                 Assign(kMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(op.kMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(op.kRight, b * kL0bBytes);
-                Assign(op.acc, kL0cS + b * kL0cSBytes);
-                Assign(op.s, kL0cS + b * kL0cSBytes);
                 WaitFlag(KvL1Free(b));
                 LoadDn(kMat, st.k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
                 Handoff(KvLoaded(b));
@@ -86,12 +179,13 @@ struct HeadPath {
                 SetFlag(KvL1Free(b));
                 Handoff(L0Ready(b));
                 WaitFlag(SAccFree(b));
-                Matmul(op.acc, qLeft, op.kRight);
-                Count(kCountMatmul);
+                QkBlocks(m, d, pc.len, kL0aQ, kL0cS + b * kL0cSBytes, op.kRight);
                 SetFlag(L0Free(b));
                 Handoff(SAccReady(b));
-                StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + pc.col, m, pc.len, st.t.handoff,
-                        op.s, kTrafficScratch);
+                StoreSBlocks(m, d, pc.len, kL0cS + b * kL0cSBytes, [&](auto &tile, uint32_t row, uint32_t rows) {
+                    StoreNd(st.s, ScratchS(st.t, st.core, stage) + uint64_t(r0 + row) * st.t.handoff + pc.col, rows,
+                            pc.len, st.t.handoff, tile, kTrafficScratch);
+                });
                 SetFlag(SAccFree(b));
             });
             SetFlag(kQLeftFree);
@@ -109,9 +203,6 @@ struct HeadPath {
         for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
             uint32_t r0, m;
             st.RunRows(tk, kvh, r0, m);
-            auto out = Tiles::Pv(m, d, 0); /* out.acc accumulates (whole static width), out.o is stored */
-            Assign(out.acc, kL0cO);
-            Assign(out.o, kL0cO);
             bool first = true;
             for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
                 const uint32_t wl = PieceTokens(unitLen, w0);
@@ -132,11 +223,9 @@ struct HeadPath {
                     const uint32_t b = st.l1Toggle++ & 1u;
                     VMat vMat(pc.len, d);
                     auto op = Tiles::Pv(m, d, pc.len); /* whole static widths: CubeTiles::PvOperands */
-                    PLeft pLeft(m, pc.len);
                     Assign(vMat, kL1Kv0 + b * kL1KvBytes);
                     Assign(op.vMat, kL1Kv0 + b * kL1KvBytes);
                     Assign(op.vRight, b * kL0bBytes);
-                    Assign(pLeft, kL0aP + b * kL0aPBytes);
                     WaitFlag(KvL1Free(b));
                     if (pc.len % 16 != 0) {
                         VMat whole(VMat::Rows, VMat::Cols);
@@ -147,23 +236,20 @@ struct HeadPath {
                            kTrafficKv);
                     Handoff(KvLoaded(b));
                     WaitFlag(L0Free(b));
-                    Extract(pLeft, pMat, 0, pc.col - w0);
+                    ExtractPBlocks(m, wl, pc.len, pc.col - w0, kL1P, kL0aP + b * kL0aPBytes);
                     Mov(op.vRight, op.vMat);
                     SetFlag(KvL1Free(b));
                     Handoff(L0Ready(b));
-                    if (first) {
-                        Matmul(out.acc, pLeft, op.vRight);
-                    } else {
-                        MatmulAcc(out.acc, pLeft, op.vRight);
-                    }
+                    PvBlocks(m, d, pc.len, kL0aP + b * kL0aPBytes, kL0cO, op.vRight, first);
                     first = false;
-                    Count(kCountMatmul);
                     SetFlag(L0Free(b));
                 });
                 SetFlag(kPL1Free);
             }
             Handoff(kOAccReady);
-            StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, out.o, kTrafficScratch);
+            StoreOBlocks(m, d, kL0cO, [&](auto &tile, uint32_t row, uint32_t rows) {
+                StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0 + row) * d, rows, d, d, tile, kTrafficScratch);
+            });
             SetFlag(kOAccFree);
         }
     }
