@@ -9,6 +9,7 @@ on that plan).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -176,14 +177,16 @@ def test_a_decode_step_inside_the_pages_reuses_the_decision() -> None:
 
 
 def require_plan_library() -> None:
-    import os
+    """The compiled helper is built (else skip, or fail under ``PA_KIT_REQUIRE_SIM=1``) and in use, so the
+    comparisons below compare C with numpy, not numpy with itself."""
+    from built_library import library_or_skip
 
     from tiling import native
 
-    if not native.available():
-        if os.environ.get("PA_KIT_REQUIRE_SIM") == "1":
-            pytest.fail("PA_KIT_REQUIRE_SIM=1 but build/lib/libpa_plan.so was not built (bash compile.sh)")
-        pytest.skip("build/lib/libpa_plan.so not built")
+    library_or_skip(native.PLAN_LIBRARY)
+    if os.environ.get(native.PYTHON_PLANNER_ENV) == "1":
+        pytest.skip(f"{native.PYTHON_PLANNER_ENV}=1 plans with numpy only")
+    assert native.available(), "libpa_plan.so is built but the planner does not load it"
 
 
 def test_compiled_placement_matches_the_numpy_reference() -> None:

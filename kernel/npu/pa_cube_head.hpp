@@ -69,15 +69,13 @@ struct HeadPath {
         return m - blk * kBlockRows < kBlockRows ? m - blk * kBlockRows : kBlockRows;
     }
 
-    /* Q's row blocks from the L1 tile at l1Q into their L0A tiles from l0aQ (MTE1). */
-    static AICORE inline void MoveQBlocks(uint32_t m, uint32_t d, uint32_t l1Q, uint32_t l0aQ)
+    /* Q's row blocks from its L1 tile (m x d) into their L0A tiles from l0aQ (MTE1). */
+    static AICORE inline void MoveQBlocks(uint32_t m, uint32_t d, QMat &q, uint32_t l0aQ)
     {
-        QMat all(m, d);
-        Assign(all, l1Q);
         for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
             typename Block::QLeft qBlock(BlockRows(m, blk), d);
             Assign(qBlock, l0aQ + blk * kQBlockBytes);
-            Extract(qBlock, all, blk * kBlockRows, 0);
+            Extract(qBlock, q, blk * kBlockRows, 0);
         }
     }
 
@@ -96,17 +94,14 @@ struct HeadPath {
         }
     }
 
-    /* O of m rows (+)= P.V, block by block: P's blocks extracted from the L1 window at l1P (column col) into L0A
-     * from l0aP (MTE1), the blocks' accumulators from l0cO.  The caller orders the extracts (L0Free). */
-    static AICORE inline void ExtractPBlocks(uint32_t m, uint32_t wl, uint32_t len, uint32_t col, uint32_t l1P,
-                                             uint32_t l0aP)
+    /* O of m rows (+)= P.V, block by block: P's blocks extracted from its L1 window p (m x window, at column col)
+     * into L0A from l0aP (MTE1), the blocks' accumulators from l0cO.  The caller orders the extracts (L0Free). */
+    static AICORE inline void ExtractPBlocks(uint32_t m, uint32_t len, uint32_t col, PMat &p, uint32_t l0aP)
     {
-        PMat all(m, wl);
-        Assign(all, l1P);
         for (uint32_t blk = 0; blk < Blocks(m); ++blk) {
             typename Block::PLeft pBlock(BlockRows(m, blk), len);
             Assign(pBlock, l0aP + blk * kPBlockBytes);
-            Extract(pBlock, all, blk * kBlockRows, col);
+            Extract(pBlock, p, blk * kBlockRows, col);
         }
     }
     static AICORE inline void PvBlocks(uint32_t m, uint32_t d, uint32_t len, uint32_t l0aP, uint32_t l0cO,
@@ -160,7 +155,7 @@ struct HeadPath {
             LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
             Handoff(kQLoaded);
             WaitFlag(kQLeftFree);
-            MoveQBlocks(m, d, kL1Q, kL0aQ);
+            MoveQBlocks(m, d, qMat, kL0aQ);
             SetFlag(kQL1Free);
             /* No Q -> M flag: the first sub-tile's L0Ready(b) below is set on MTE1 after this move, and a
              * set_flag waits for all earlier instructions of its pipe, so the matmul sees Q in L0A. */
@@ -236,7 +231,7 @@ struct HeadPath {
                            kTrafficKv);
                     Handoff(KvLoaded(b));
                     WaitFlag(L0Free(b));
-                    ExtractPBlocks(m, wl, pc.len, pc.col - w0, kL1P, kL0aP + b * kL0aPBytes);
+                    ExtractPBlocks(m, pc.len, pc.col - w0, pMat, kL0aP + b * kL0aPBytes);
                     Mov(op.vRight, op.vMat);
                     SetFlag(KvL1Free(b));
                     Handoff(L0Ready(b));
