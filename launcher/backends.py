@@ -148,10 +148,11 @@ def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContr
     from launcher import mock_api
 
     record = mock_api.last_error(library.handle)
+    message = mock_api.last_error_text(library.handle) or record.message.decode(errors="replace")
     return KernelContractError(
         record.code or code, slot=record.arg_slot, element_offset=record.element_offset,
         extent=record.extent_elems, core=record.core, seq=record.seq, head=record.head, split=record.split,
-        message=record.message.decode(errors="replace"), library=name,
+        message=message, library=name,
     )
 
 

@@ -74,6 +74,7 @@ def declare(handle: ctypes.CDLL) -> None:
         "pa_abi_version": ([], ctypes.c_int32),
         "pa_supported_keys": ([], ctypes.c_uint32),
         "pa_abi_kv_splits": ([ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32], ctypes.c_uint32),
+        "pa_sim_last_error_text": ([], ctypes.c_char_p),
     }
     for name, (argtypes, restype) in signatures.items():
         if hasattr(handle, name):
@@ -113,3 +114,12 @@ def last_error(handle: ctypes.CDLL) -> MockError:
     record = MockError()
     handle.pa_mock_last_error(ctypes.byref(record))
     return record
+
+
+def last_error_text(handle: ctypes.CDLL) -> str | None:
+    """The whole text of the calling thread's last error where the library keeps one longer than the record's
+    message (the device-path simulation's hazard and deadlock reports), else None."""
+    if not hasattr(handle, "pa_sim_last_error_text"):
+        return None
+    text = handle.pa_sim_last_error_text()
+    return text.decode(errors="replace") if text else None

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Build the CPU simulation of the pa-kit NPU kernel: <build_dir>/lib/libpa_sim.so (default build_dir: build).
+# Build the CPU-implementation simulation of the pa-kit NPU kernel: <build_dir>/lib/libpa_sim_cpu.so (default
+# build_dir: build).  The oracle of differential tests and the source of the timing model's instruction trace;
+# the `sim` backend is the device-path build (kernel/npu/emu/build_emu.sh: libpa_sim.so).
 #
 #   bash kernel/npu/build_sim.sh [build_dir]
 #
@@ -19,7 +21,7 @@ mkdir -p "$BUILD"
 BUILD="$(cd "$BUILD" && pwd)"
 
 PTO_SHA256="1afec13f59e18fd9133ae2345a9845d8b58e3f005bd773325664821db5990d03"  # keep equal to fetch_pto_isa.sh
-OUT="$BUILD/lib/libpa_sim.so"
+OUT="$BUILD/lib/libpa_sim_cpu.so"
 
 say() { echo "[build_sim] $*"; }
 skip() { say "skipped: $*"; exit 0; }

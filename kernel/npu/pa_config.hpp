@@ -55,6 +55,8 @@ constexpr int kFractalBytes = 512;
 constexpr uint32_t kOnChipAlign = kFractalBytes;
 /* Start alignment of the 16-float per-row vectors in UB: two 32 B vector blocks. */
 constexpr uint32_t kRowVecAlign = 64;
+/* fp32 elements in one 32 B UB block (the unit A2/A3's vector and DMA instructions address UB in). */
+constexpr int kFloatsPerBlock = 8;
 constexpr uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 /* ---- combine ------------------------------------------------------------------------------------------- */

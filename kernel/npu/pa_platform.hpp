@@ -7,6 +7,11 @@
  * touches: its pipe and the byte ranges it reads and writes (pa_record.hpp), so the hazard checker can find
  * races the sequential simulation cannot show; GM accesses are checked against the extents registered with
  * pa_mock_bind(), traffic is counted, and every wait has a deadlock timeout.
+ *
+ * Under PA_DEVICE_SIM (the device-path simulation: -D__COSTMODEL against the A2/A3 intrinsic emulator) the
+ * wrappers are the device's, plus what a host process needs: on-chip addresses carry the emulator's tag, a scalar
+ * read of UB goes to the emulated UB, and a synchronisation edge can be dropped or mutated for the hazard
+ * checker's negative controls (devsim/devsim_hooks.hpp).
  */
 #ifndef PA_PLATFORM_HPP
 #define PA_PLATFORM_HPP
@@ -17,6 +22,11 @@
 #include "pa_sync.hpp"
 #ifdef __CPU_SIM
 #include "sim/pa_record.hpp"
+#endif
+#ifdef PA_DEVICE_SIM
+#include "devsim/devsim_hooks.hpp"
+#include "emu/emu_core.hpp"
+#include "pa_sim_api.h"
 #endif
 
 namespace pa {
@@ -209,6 +219,7 @@ AICORE inline void MatmulAcc(AccT &acc, LeftT &a, RightT &b)
 PA_VEC_UNARY(Exp, TEXP)
 PA_VEC_UNARY(Log, TLOG)
 PA_VEC_UNARY(ColSum, TCOLSUM)
+PA_VEC_UNARY(RowExpand, TROWEXPAND)
 PA_VEC_SCALAR(MulS, TMULS)
 PA_VEC_SCALAR(AddS, TADDS)
 PA_VEC_BINARY(Add, TADD)
@@ -245,7 +256,15 @@ template <typename TileT>
 AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
 {
     PA_RECORD(kPipeS, "GetValue", rec::Shape{1, 1, 0, uint32_t(sizeof(typename TileT::DType))}, {rec::Element(tile, index, false)});
-#ifdef __COSTMODEL
+#if defined(PA_DEVICE_SIM)
+    using E = typename TileT::DType;
+    static_assert(sizeof(E) == 4, "scalar reads of UB are fp32 words");
+    const uint64_t bits = emu::ScalarLoad(emu::Space::UB, tile.data() + index, sizeof(E));
+    uint32_t word = uint32_t(bits);
+    E value;
+    __builtin_memcpy(&value, &word, sizeof(E));
+    return value;
+#elif defined(__COSTMODEL)
     /* the cost model moves no data and its GetValue reads a raw on-chip offset (a2a3/pa_costmodel_shim.hpp) */
     (void)tile;
     (void)index;
@@ -271,11 +290,28 @@ constexpr pipe_t HwPipe()
 }
 #endif
 
+#ifdef PA_DEVICE_SIM
+/* The negative controls' fault injection: false when the edge is dropped; else the source pipe and the event
+ * the (possibly mutated) edge uses. */
+template <Pipe Src>
+inline bool EdgeOperands(int edge, pipe_t &src, int &event)
+{
+    if (devsim::EdgeDropped(edge)) return false;
+    src = devsim::Mutated(edge, PA_SIM_MUTATE_WRONG_SOURCE) ? PIPE_S : HwPipe<Src>();
+    if (devsim::Mutated(edge, PA_SIM_MUTATE_SHARED_EVENT)) event = 0;
+    return true;
+}
+#endif
+
 template <Pipe Src, Pipe Dst>
 AICORE inline void SetFlag(Flag<Src, Dst> f)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     rec::SetFlag(Src, Dst, f.event, f.edge);
+#elif defined(PA_DEVICE_SIM)
+    pipe_t src;
+    int event = f.event;
+    if (EdgeOperands<Src>(f.edge, src, event)) set_flag(src, HwPipe<Dst>(), static_cast<event_t>(event));
 #else
     set_flag(HwPipe<Src>(), HwPipe<Dst>(), static_cast<event_t>(f.event));
 #endif
@@ -284,8 +320,12 @@ AICORE inline void SetFlag(Flag<Src, Dst> f)
 template <Pipe Src, Pipe Dst>
 AICORE inline void WaitFlag(Flag<Src, Dst> f)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     rec::WaitFlag(Src, Dst, f.event, f.edge);
+#elif defined(PA_DEVICE_SIM)
+    pipe_t src;
+    int event = f.event;
+    if (EdgeOperands<Src>(f.edge, src, event)) wait_flag(src, HwPipe<Dst>(), static_cast<event_t>(event));
 #else
     wait_flag(HwPipe<Src>(), HwPipe<Dst>(), static_cast<event_t>(f.event));
 #endif
@@ -302,8 +342,10 @@ AICORE inline void Handoff(Flag<Src, Dst> f)
 /* pipe_barrier(PIPE_V): the vector pipe does not interlock dependent instructions. */
 AICORE inline void VecBarrier(int edge)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     rec::Barrier(kPipeV, edge);
+#elif defined(PA_DEVICE_SIM)
+    if (!devsim::EdgeDropped(edge)) pipe_barrier(PIPE_V);
 #else
     (void)edge;
     pipe_barrier(PIPE_V);
@@ -324,11 +366,13 @@ AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 /* Which logical work item (and hand-off unit) the calling core is on: only the simulation's reports use it. */
 AICORE inline void SetWorkItem(int32_t seq, int32_t head, int32_t split)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     sim::tctx.seq = seq;
     sim::tctx.head = head;
     sim::tctx.split = split;
     sim::tctx.unit = -1;
+#elif defined(PA_DEVICE_SIM)
+    devsim::SetWorkItem(seq, head, split);
 #else
     (void)seq; (void)head; (void)split;
 #endif
@@ -336,8 +380,10 @@ AICORE inline void SetWorkItem(int32_t seq, int32_t head, int32_t split)
 
 AICORE inline void SetUnit(uint32_t unit)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     sim::tctx.unit = int32_t(unit);
+#elif defined(PA_DEVICE_SIM)
+    devsim::SetUnit(int32_t(unit));
 #else
     (void)unit;
 #endif
@@ -346,8 +392,10 @@ AICORE inline void SetUnit(uint32_t unit)
 /* Event counters of the simulation figures; nothing on the NPU. */
 AICORE inline void Count(Counter what)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     rec::Count(what);
+#elif defined(PA_DEVICE_SIM)
+    devsim::Count(what);
 #else
     (void)what;
 #endif
@@ -357,7 +405,11 @@ AICORE inline void Count(Counter what)
 template <typename TileT>
 AICORE inline void Assign(TileT &tile, uint32_t byteOffset)
 {
+#ifdef PA_DEVICE_SIM
+    TASSIGN(tile, uint64_t(byteOffset) | emu::kOnChipTag); /* offset 0 is not a null pointer on the device */
+#else
     TASSIGN(tile, byteOffset);
+#endif
 #ifdef __CPU_SIM
     rec::Assigned(tile, byteOffset);
 #endif
@@ -371,6 +423,29 @@ AICORE inline void Assign(TileT &tile, uint32_t byteOffset)
 constexpr uint16_t kFftsModeCluster = 2;
 constexpr uint16_t kFftsModeAllVector = 0;
 AICORE inline uint16_t FftsMsg(uint16_t mode, uint16_t flag) { return uint16_t(1 | (mode << 4) | (flag << 8)); }
+
+/* An FFTS set issued from `pipe`, and a wait, of edge `edge`.  In the device-path simulation a dropped edge
+ * does nothing at either end and a mutated one signals from MTE2, a pipe that produced none of the data. */
+AICORE inline void CrossSet(pipe_t pipe, uint16_t msg, int edge)
+{
+#ifdef PA_DEVICE_SIM
+    if (devsim::EdgeDropped(edge)) return;
+    if (devsim::Mutated(edge, PA_SIM_MUTATE_SIGNAL_PIPE)) pipe = PIPE_MTE2;
+#else
+    (void)edge;
+#endif
+    ffts_cross_core_sync(pipe, msg);
+}
+
+AICORE inline void CrossWait(uint16_t id, int edge)
+{
+#ifdef PA_DEVICE_SIM
+    if (devsim::EdgeDropped(edge)) return;
+#else
+    (void)edge;
+#endif
+    wait_flag_dev(id);
+}
 #endif
 
 /* Cube (from FIX, after the stores of S or O_tmp) -> both vector sub-cores of the cluster. */
@@ -380,7 +455,7 @@ AICORE inline void SignalVectors(CrossFlag f)
 #ifdef __CPU_SIM
     rec::Signal(f.id, f.edge, kPipeFix, rec::kToVectors);
 #else
-    ffts_cross_core_sync(PIPE_FIX, FftsMsg(kFftsModeCluster, f.id));
+    CrossSet(PIPE_FIX, FftsMsg(kFftsModeCluster, f.id), f.edge);
 #endif
 }
 
@@ -391,7 +466,7 @@ AICORE inline void SignalCube(CrossFlag f)
 #ifdef __CPU_SIM
     rec::Signal(f.id, f.edge, kPipeMte3, rec::kToCube);
 #else
-    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeCluster, f.id));
+    CrossSet(PIPE_MTE3, FftsMsg(kFftsModeCluster, f.id), f.edge);
 #endif
 }
 
@@ -400,7 +475,7 @@ AICORE inline void WaitFromCube(CrossFlag f)
 #ifdef __CPU_SIM
     rec::Wait(f.id, f.edge, rec::kToVectors);
 #else
-    wait_flag_dev(f.id);
+    CrossWait(f.id, f.edge);
 #endif
 }
 
@@ -409,7 +484,7 @@ AICORE inline void WaitFromVectors(CrossFlag f)
 #ifdef __CPU_SIM
     rec::Wait(f.id, f.edge, rec::kToCube);
 #else
-    wait_flag_dev(f.id);
+    CrossWait(f.id, f.edge);
 #endif
 }
 
@@ -419,8 +494,8 @@ AICORE inline void VectorBarrier()
 #ifdef __CPU_SIM
     rec::AllVectorBarrier(kReduceBarrier.edge, kPipeMte3);
 #else
-    ffts_cross_core_sync(PIPE_MTE3, FftsMsg(kFftsModeAllVector, kReduceBarrier.id));
-    wait_flag_dev(kReduceBarrier.id);
+    CrossSet(PIPE_MTE3, FftsMsg(kFftsModeAllVector, kReduceBarrier.id), kReduceBarrier.edge);
+    CrossWait(kReduceBarrier.id, kReduceBarrier.edge);
 #endif
 }
 

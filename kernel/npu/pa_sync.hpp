@@ -78,6 +78,7 @@ enum Edge : int {
     kEdgeBarFinal,      /* V barrier: last update -> O / l                                                  */
     kEdgeBarNormed,     /* V barrier: O / l -> cast, or ln l                                                */
     kEdgeBarLog,        /* V barrier: ln l -> ln l + m                                                      */
+    kEdgeBarLseSum,     /* V barrier: ln l + m -> spread into one block per row for the strided store       */
     /* ---- vector sub-core: split-KV combine ---- */
     kEdgeLseLoaded,     /* MTE2 -> V     ev 2: a head's lse row is in UB                                    */
     kEdgeLseUbFree,     /* V -> MTE2     ev 2: the weights (a view of the lse row) were used                */

@@ -27,6 +27,13 @@ struct VectorCore {
     using Col = Tile<TileType::Vec, float, kVecRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
     /* The same vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
     using Row = Tile<TileType::Vec, float, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
+    /* The lse column as rows of one 32-byte block each (element (i, 0) = lse of row i), for its strided store:
+     * A2/A3's UB -> GM copy reads one block per burst, so a column stored row by row must be spread out this
+     * way first (stored straight from the column, every burst after the first read the wrong element).  Static
+     * shapes: pto-isa's A2/A3 TROWEXPAND broadcasts with vbrcb only between static tiles. */
+    using ColFull = Tile<TileType::Vec, float, kVecRows, 1, BLayout::ColMajor>;
+    using LseBlocks = Tile<TileType::Vec, float, kVecRows, kFloatsPerBlock, BLayout::RowMajor>;
+    using LseOut = Tile<TileType::Vec, float, kVecRows, kFloatsPerBlock, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
 
     /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O | O cast | per-row vectors. */
     static constexpr uint32_t kUbS = 0;
@@ -50,7 +57,8 @@ struct VectorCore {
         kColLl0 = kColDm0 + kStages,
         kColEnd = kColLl0 + kStages
     };
-    static_assert(kUbCols + kColEnd * kColBytes <= kUbBytes, "UB plan overflows");
+    static constexpr uint32_t kUbLseBlocks = kUbCols + kColEnd * kColBytes;
+    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= kUbBytes, "UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
@@ -216,13 +224,27 @@ struct VectorCore {
         Log(lseRow, glRow);
         VecBarrier(kEdgeBarLog);
         Add(lseRow, lseRow, gmRow);
+        VecBarrier(kEdgeBarLseSum);
+        ColFull lseCol;
+        Assign(lseCol, kUbCols + kColLse * kColBytes);
+        LseBlocks spread;
+        Assign(spread, kUbLseBlocks);
+        RowExpand(spread, lseCol);
         Handoff(kOutReady);
         const uint64_t kvcn = t.kvCoreNum;
         StoreNd(ocore, tk.addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(tk.split) * d, r, d, kvcn * d, oA,
                 kTrafficPartial);
-        Col lse = ColAt(kColLse, r);
-        StoreNd(l, tk.addrL + uint64_t(head) * kvcn + tk.split, r, 1, kvcn, lse, kTrafficPartial);
+        LseOut lseOut = LseAsBlocks(r);
+        StoreNd(l, tk.addrL + uint64_t(head) * kvcn + tk.split, r, 1, kvcn, lseOut, kTrafficPartial);
         SetFlag(kOutUbFree);
+    }
+
+    /* The spread lse (Finish) as the r x 1 tile its store reads. */
+    AICORE inline LseOut LseAsBlocks(uint32_t r)
+    {
+        LseOut out(r, 1);
+        Assign(out, kUbLseBlocks);
+        return out;
     }
 
     /* Our ABI extension: an empty sequence's rows are zero. */

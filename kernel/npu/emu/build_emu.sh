@@ -10,6 +10,8 @@
 #   <build>/obj/emu/kernel.d                 the kernel build's header dependencies (no pto/cpu/ header)
 #   <build>/lib/libpa_emu_diff_<n>_{dev,cpu}.so   each diff/diff_<n>.cpp against the emulator (dev) and
 #                                            against pto-isa's CPU implementations (cpu), for differential tests
+#   <build>/lib/libpa_sim.so                 the device-path simulation: the kernel (both roles, -DPA_DEVICE_SIM)
+#                                            against the emulator, run by kernel/npu/devsim on emulated clusters
 # Idempotent (a stamp of the sources); exits 0 with "skipped: ..." when a tool is missing, 1 when a build fails.
 set -uo pipefail
 
@@ -33,9 +35,11 @@ if [[ $rc -ne 0 ]]; then say "error: pto-isa headers could not be prepared"; exi
 STAMP_FILE="$OBJ/.stamp"
 STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256";
            { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
-             find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0; } |
+             find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0;
+             find "$NPU/devsim" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
+             printf '%s\n' "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/mock/pa_mock_api.h" | tr '\n' '\0'; } |
            LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
-if [[ -z "${FORCE:-}" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" && -f "$BUILD/lib/libpa_emu.so" ]]; then
+if [[ -z "${FORCE:-}" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" && -f "$BUILD/lib/libpa_emu.so" && -f "$BUILD/lib/libpa_sim.so" ]]; then
     say "up to date: $BUILD/lib/libpa_emu.so"
     exit 0
 fi
@@ -96,5 +100,26 @@ for diff in "$HERE"/diff/diff_*.cpp; do
     run "$CXX" "${CPU[@]}" -DPA_EMU_DIFF_CPU -O1 -g0 -fPIC -shared "$diff" \
         -o "$BUILD/lib/libpa_emu_diff_${name}_cpu.so" || fail "diff_$name.cpp does not build against the CPU implementations"
 done
+
+# The device-path simulation: the kernel's two roles (renamed entry points, one library), the scheduler and
+# hazard checker, the shared contract checker.
+say "device-path simulation (libpa_sim.so)"
+SIMOBJ=()
+for role in cube vec; do
+    run "$CXX" "${DEV[@]}" "-D__DAV_C220_${role^^}__" -DPA_DEVICE_SIM -Dpa_decode_kernel=pa_decode_kernel_$role -O1 -g0 \
+        -fPIC -c "$NPU/pa_kernel.cpp" -o "$OBJ/sim_kernel_$role.o" || fail "the $role role does not compile for the device-path simulation"
+    SIMOBJ+=("$OBJ/sim_kernel_$role.o")
+done
+for src in devsim_sched devsim_hazard devsim_host; do
+    run "$CXX" "${DEV[@]}" -DPA_DEVICE_SIM -O2 -g0 -fPIC "${WARN[@]}" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
+        fail "devsim/$src.cpp does not compile"
+    SIMOBJ+=("$OBJ/$src.o")
+done
+for src in pa_sim_contract pa_sim_layout; do
+    run "$CXX" -std=c++23 -O2 -g0 -fPIC -I "$NPU" -c "$NPU/sim/$src.cpp" -o "$OBJ/$src.o" || fail "sim/$src.cpp does not compile"
+    SIMOBJ+=("$OBJ/$src.o")
+done
+run "$CXX" -shared -pthread -o "$BUILD/lib/libpa_sim.so.tmp" "${SIMOBJ[@]}" "${objs[@]}" || fail "libpa_sim.so does not link"
+mv "$BUILD/lib/libpa_sim.so.tmp" "$BUILD/lib/libpa_sim.so"
 echo "$STAMP" >"$STAMP_FILE"
 say "built $BUILD/lib/libpa_emu.so, the kernel against the emulator, coverage in $OBJ/coverage.txt"

@@ -106,7 +106,9 @@ void pipe_barrier(int pipe)
 {
     const Pipe p = PipeOf(pipe, "pipe_barrier");
     if (p == Pipe::S) Raise("pipe_barrier", p, "pipe", uint64_t(pipe), "PIPE_S has no barrier");
-    Report({"pipe_barrier", p, {}});
+    Issue issue{"pipe_barrier", p, {}};
+    issue.kind = Kind::Barrier;
+    Report(issue);
 }
 
 void set_flag(int srcPipe, int dstPipe, int event)
@@ -119,7 +121,7 @@ void set_flag(int srcPipe, int dstPipe, int event)
               std::string("flag ") + PipeName(src) + "->" + PipeName(dst) + " set twice without a wait");
     }
     bit = 1;
-    Report({"set_flag", src, {}});
+    Report({"set_flag", src, {}, Kind::SetFlag, src, dst, event});
 }
 
 void wait_flag(int srcPipe, int dstPipe, int event)
@@ -133,7 +135,7 @@ void wait_flag(int srcPipe, int dstPipe, int event)
                   " that no earlier instruction of this core set");
     }
     bit = 0;
-    Report({"wait_flag", dst, {}});
+    Report({"wait_flag", dst, {}, Kind::WaitFlag, src, dst, event});
 }
 
 void ffts_cross_core_sync(int pipe, uint64_t config)
@@ -144,7 +146,7 @@ void ffts_cross_core_sync(int pipe, uint64_t config)
     }
     CheckField("ffts_cross_core_sync", p, "config", config, 16);
     if ((config & 1) == 0) Raise("ffts_cross_core_sync", p, "config", config, "bit 0 (valid) is clear");
-    Report({"ffts_cross_core_sync", p, {}});
+    Report({"ffts_cross_core_sync", p, {}, Kind::CrossSet, p, p, int((config >> 8) & 0xf), config});
     /* The counters of the receiving cores are the scheduler's (a simulation of several cores); alone, the
      * message is recorded by the issue hook only. */
 }
@@ -158,7 +160,7 @@ void wait_flag_dev(int64_t flagId)
               "DEADLOCK: the cross-core counter is 0 and no other core can raise it");
     }
     --core.cross[flagId];
-    Report({"wait_flag_dev", Pipe::S, {}});
+    Report({"wait_flag_dev", Pipe::S, {}, Kind::CrossWait, Pipe::S, Pipe::S, int(flagId)});
 }
 
 void set_ffts_base_addr(uint64_t address)

@@ -208,6 +208,44 @@ void ClearGm()
 
 void SetIssueHook(IssueHook hook) { g_hook = hook; }
 
+void AddStrided(std::vector<Access> &accesses, Space space, uint64_t start, uint64_t count, uint64_t bytes,
+                uint64_t stride, bool write)
+{
+    if (count == 0 || bytes == 0) return;
+    if (stride == bytes || count == 1) {
+        accesses.push_back({space, start, (count - 1) * stride + bytes, write});
+        return;
+    }
+    for (uint64_t i = 0; i < count; ++i) accesses.push_back({space, start + i * stride, bytes, write});
+}
+
+uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes)
+{
+    if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8) {
+        Raise("scalar load", Pipe::S, "bytes", bytes, "must be 1, 2, 4 or 8");
+    }
+    const uint8_t *at = OnChip(space, ptr, bytes, bytes, "scalar load", Pipe::S, "address");
+    uint64_t value = 0;
+    std::memcpy(&value, at, bytes);
+    Issue issue{"scalar load", Pipe::S, {{space, OnChipOffset(ptr, "scalar load", Pipe::S, "address"), bytes, false}}};
+    issue.kind = Kind::ScalarRead;
+    Report(issue);
+    return value;
+}
+
+void RandomiseModeState(Core &core, uint64_t seed)
+{
+    uint64_t s = seed ^ 0x5a5a5a5a12345678ull;
+    core.mask_counter = (Mix(s) & 1) != 0;
+    core.mask_hi = Mix(s);
+    core.mask_lo = Mix(s);
+    core.ctrl = Mix(s);
+    core.fmatrix = Mix(s);
+    core.fmatrix_b = Mix(s);
+    core.nd_para = Mix(s);
+    /* *_set stay false: an img2col or an ND store before the kernel's own set_fmatrix / set_nd_para faults */
+}
+
 void Report(const Issue &issue)
 {
     if (g_hook != nullptr) g_hook(issue);

@@ -97,11 +97,29 @@ struct Access {
     uint64_t bytes;
     bool write;
 };
+/* What an instruction means for ordering: most are Work on their pipe; the rest carry their operands. */
+enum class Kind : uint8_t {
+    Work,        /* an instruction on `pipe` touching `accesses` */
+    SetFlag,     /* set_flag(src, dst, event): issued on src */
+    WaitFlag,    /* wait_flag(src, dst, event): blocks dst */
+    Barrier,     /* pipe_barrier(pipe); Pipe::ALL orders every pipe */
+    CrossSet,    /* ffts_cross_core_sync(pipe, config) */
+    CrossWait,   /* wait_flag_dev(event): blocks every later instruction of the core */
+    ScalarRead,  /* the scalar unit reads on-chip memory (stalls issue until the value arrives) */
+};
 struct Issue {
     const char *intrinsic;
     Pipe pipe;
     std::vector<Access> accesses;
+    Kind kind = Kind::Work;
+    Pipe src = Pipe::S, dst = Pipe::S;
+    int event = -1;
+    uint64_t config = 0;
 };
+/* `count` runs of `bytes` bytes, `stride` bytes apart from `start`, as accesses (one when they are contiguous):
+ * a strided transfer reports the bytes it touches, not its span, so the hazard checker sees no false overlap. */
+void AddStrided(std::vector<Access> &accesses, Space space, uint64_t start, uint64_t count, uint64_t bytes,
+                uint64_t stride, bool write);
 using IssueHook = void (*)(const Issue &);
 void SetIssueHook(IssueHook hook);
 void Report(const Issue &issue);
@@ -110,6 +128,15 @@ void Report(const Issue &issue);
  * once it has (the wait then proceeds); without one such a wait is a deadlock. */
 using CrossWaitHook = bool (*)(int flag);
 void SetCrossWaitHook(CrossWaitHook hook);
+
+/* A scalar load of `bytes` (1, 2, 4 or 8) from the current core's on-chip `space` at `ptr` (a tagged offset), as the
+ * scalar unit's load of a __ubuf__/__cbuf__ pointer: reported as a ScalarRead on the S pipe. */
+uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes);
+
+/* The mode state a kernel finds at entry on a device is whatever the previous kernel on that core left: vector
+ * mask mode and bits, CTRL, FMATRIX, ND_PARA.  Randomised from `seed` (flags and cross-core counters stay
+ * clear: a kernel that ends with one pending is a defect the checker reports). */
+void RandomiseModeState(Core &core, uint64_t seed);
 
 }  // namespace pa::emu
 

@@ -259,6 +259,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
         }
     }
     acc.push_back({Space::L0C, OnChipOffset(src, name, Pipe::FIX, "src"), srcBytes, false});
-    acc.push_back({Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), dstBytes, true});
+    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), mSize, nSize * outBytes,
+               dstStride * outBytes, true);
     Report({name, Pipe::FIX, acc});
 }

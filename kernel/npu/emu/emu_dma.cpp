@@ -47,8 +47,9 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
         for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = kDummy[b % 4];
         std::memcpy(burst + left, in + i * (len + srcGap), len);
     }
-    acc.push_back({Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), gmBytes, false});
-    acc.push_back({Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), ubBytes, true});
+    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), nBurst, len, len + srcGap, false);
+    AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), nBurst, burstBlocks * kBlock,
+               (burstBlocks + dstGap) * kBlock, true);
     Report({name, Pipe::MTE2, acc});
 }
 
@@ -74,8 +75,9 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     for (uint64_t i = 0; i < nBurst; ++i) {
         std::memcpy(out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len);
     }
-    acc.push_back({Space::UB, OnChipOffset(src, name, Pipe::MTE3, "src"), ubBytes, false});
-    acc.push_back({Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), gmBytes, true});
+    AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::MTE3, "src"), nBurst, burstBlocks * kBlock,
+               (burstBlocks + srcGap) * kBlock, false);
+    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), nBurst, len, len + dstGap, true);
     Report({name, Pipe::MTE3, acc});
 }
 
@@ -131,8 +133,10 @@ void copy_ubuf_to_ubuf(void *dst, void *src, u8f sid, u16f nBurstF, u16f lenF, u
     const uint8_t *in = OnChip(Space::UB, src, srcBytes, kBlock, name, Pipe::V, "src");
     uint8_t *out = OnChip(Space::UB, dst, dstBytes, kBlock, name, Pipe::V, "dst");
     for (uint64_t i = 0; i < n; ++i) std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
-    Report({name, Pipe::V, {{Space::UB, OnChipOffset(src, name, Pipe::V, "src"), srcBytes, false},
-                            {Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), dstBytes, true}}});
+    std::vector<Access> acc;
+    AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::V, "src"), n, len * kBlock, (len + sg) * kBlock, false);
+    AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), n, len * kBlock, (len + dg) * kBlock, true);
+    Report({name, Pipe::V, acc});
 }
 
 /* ND -> Nz: for matrix i, row j, 32-byte block k of the row, 32 bytes at src + i x srcNdMatrixStride +
@@ -173,8 +177,13 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
             }
         }
     }
-    acc.push_back({Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), gmBytes, false});
-    acc.push_back({Space::L1, OnChipOffset(dst, name, Pipe::MTE2, "dst"), l1Bytes, true});
+    const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(src)), l1At = OnChipOffset(dst, name, Pipe::MTE2, "dst");
+    for (uint64_t i = 0; i < ndNum; ++i) {
+        AddStrided(acc, Space::GM, gmAt + i * srcNd * e, nValue, dValue * e, srcD * e, false);
+        for (uint64_t k = 0; k < rowBlocks; ++k) {
+            AddStrided(acc, Space::L1, l1At + i * dstNd * e + k * c0 * kBlock, nValue, kBlock, nStride * kBlock, true);
+        }
+    }
     Report({name, Pipe::MTE2, acc});
 }
 

@@ -142,6 +142,8 @@ void vector_dup(float *dst, float scalar, u8f repeat, u16f dstBlockStride, u16f 
                 u8f dstRepeatStride, u8f srcRepeatStride);
 void vector_dup(_Float16 *dst, _Float16 scalar, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
                 u8f dstRepeatStride, u8f srcRepeatStride);
+void vector_dup(bf16_t *dst, bf16_t scalar, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
+                u8f dstRepeatStride, u8f srcRepeatStride);
 void vector_dup(uint16_t *dst, uint16_t scalar, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
                 u8f dstRepeatStride, u8f srcRepeatStride);
 void vconv_f322f16r(_Float16 *dst, float *src, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,

@@ -73,19 +73,37 @@ struct Operand {
 };
 
 Operand Bind(const char *intrinsic, const char *name, void *ptr, uint32_t elemBytes, uint32_t lanes,
-             uint32_t iterations, uint32_t blockStride, uint32_t repeatStride, unsigned align, bool write,
+             const LanePlan &plan, uint32_t blockStride, uint32_t repeatStride, unsigned align, bool write,
              std::vector<Access> &accesses)
 {
     Operand op;
     op.blockStride = blockStride;
     op.repeatStride = repeatStride;
     op.elemBytes = elemBytes;
+    const uint32_t iterations = plan.iterations;
     const uint32_t blocks = (lanes * elemBytes + kBlock - 1) / kBlock;
     op.start = OnChipOffset(ptr, intrinsic, Pipe::V, name);
     if (iterations == 0) return op;
     op.span = (uint64_t(iterations - 1) * repeatStride + uint64_t(blocks - 1) * blockStride + 1) * kBlock;
     op.base = OnChip(Space::UB, ptr, op.span, align, intrinsic, Pipe::V, name);
-    accesses.push_back({Space::UB, op.start, op.span, write});
+    /* Report the 32-byte blocks the enabled lanes touch (what the hazard checker must see), merged when
+     * adjacent: a masked or counted instruction touches less than its whole span. */
+    const uint32_t perBlock = kBlock / elemBytes;
+    const size_t first = accesses.size();
+    for (uint32_t r = 0; r < iterations; ++r) {
+        for (uint32_t blk = 0; blk < blocks; ++blk) {
+            bool on = false;
+            for (uint32_t i = blk * perBlock; i < std::min(lanes, (blk + 1) * perBlock) && !on; ++i) on = plan.On(r, i);
+            if (!on) continue;
+            const uint64_t at = op.start + (uint64_t(r) * repeatStride + uint64_t(blk) * blockStride) * kBlock;
+            Access &last = accesses.back();
+            if (accesses.size() > first && last.start + last.bytes == at) {
+                last.bytes += kBlock;
+            } else {
+                accesses.push_back({Space::UB, at, kBlock, write});
+            }
+        }
+    }
     return op;
 }
 
@@ -120,13 +138,13 @@ void Binary(const char *name, void *dst, void *s0, void *s1, uint32_t bytes, con
     const uint32_t lanes = 8 * kBlock / bytes;
     const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
     std::vector<Access> acc;
-    const Operand a = Bind(name, "src0", s0, bytes, lanes, plan.iterations, b0.Get(name, kV, "src0BlockStride"),
+    const Operand a = Bind(name, "src0", s0, bytes, lanes, plan, b0.Get(name, kV, "src0BlockStride"),
                            r0.Get(name, kV, "src0RepeatStride"), kBlock, false, acc);
-    const Operand b = Bind(name, "src1", s1, bytes, lanes, plan.iterations, b1.Get(name, kV, "src1BlockStride"),
+    const Operand b = Bind(name, "src1", s1, bytes, lanes, plan, b1.Get(name, kV, "src1BlockStride"),
                            r1.Get(name, kV, "src1RepeatStride"), kBlock, false, acc);
     const uint32_t dstBlock = db.Get(name, kV, "dstBlockStride");
     if (dstBlock == 0 && plan.iterations) Raise(name, Pipe::V, "dstBlockStride", 0, "0 is undefined for a destination");
-    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan.iterations, dstBlock,
+    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, dstBlock,
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     for (uint32_t r = 0; r < plan.iterations; ++r) {
         for (uint32_t i = 0; i < lanes; ++i) {
@@ -143,9 +161,9 @@ void Unary(const char *name, void *dst, void *src, uint32_t bytes, const u8f &re
     const uint32_t lanes = 8 * kBlock / bytes;
     const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
     std::vector<Access> acc;
-    const Operand s = Bind(name, "src", src, bytes, lanes, plan.iterations, sb.Get(name, kV, "srcBlockStride"),
+    const Operand s = Bind(name, "src", src, bytes, lanes, plan, sb.Get(name, kV, "srcBlockStride"),
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
-    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan.iterations, db.Get(name, kV, "dstBlockStride"),
+    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     for (uint32_t r = 0; r < plan.iterations; ++r) {
         for (uint32_t i = 0; i < lanes; ++i) {
@@ -169,9 +187,9 @@ void Convert(const char *name, void *dst, void *src, bool narrowing, bool bf16, 
     const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
     std::vector<Access> acc;
     const uint32_t srcBytes = narrowing ? 4 : 2, dstBytes = narrowing ? 2 : 4;
-    const Operand s = Bind(name, "src", src, srcBytes, lanes, plan.iterations, sb.Get(name, kV, "srcBlockStride"),
+    const Operand s = Bind(name, "src", src, srcBytes, lanes, plan, sb.Get(name, kV, "srcBlockStride"),
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
-    const Operand d = Bind(name, "dst", dst, dstBytes, lanes, plan.iterations, db.Get(name, kV, "dstBlockStride"),
+    const Operand d = Bind(name, "dst", dst, dstBytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     const bool saturate = Saturating();
     for (uint32_t r = 0; r < plan.iterations; ++r) {
@@ -201,7 +219,7 @@ void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u
     constexpr uint32_t lanes = 64;
     const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
     std::vector<Access> acc;
-    const Operand s = Bind(name, "src", src, 4, lanes, plan.iterations, sb.Get(name, kV, "srcBlockStride"),
+    const Operand s = Bind(name, "src", src, 4, lanes, plan, sb.Get(name, kV, "srcBlockStride"),
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
     const uint32_t dstStride = drs.Get(name, kV, "dstRepeatStride");
     const uint64_t dstStart = OnChipOffset(dst, name, Pipe::V, "dst");
@@ -266,7 +284,7 @@ void Dup(const char *name, void *dst, Bits value, const u8f &repeat, const u16f 
     const uint32_t bytes = sizeof(Bits), lanes = 8 * kBlock / bytes;
     const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
     std::vector<Access> acc;
-    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan.iterations, db.Get(name, kV, "dstBlockStride"),
+    const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     for (uint32_t r = 0; r < plan.iterations; ++r) {
         for (uint32_t i = 0; i < lanes; ++i) {
@@ -349,6 +367,14 @@ void vector_dup(float *dst, float scalar, u8f repeat, u16f db, u16f sb, u8f dr, 
 }
 
 void vector_dup(_Float16 *dst, _Float16 scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
+{
+    (void)sb, (void)sr;
+    uint16_t bits;
+    std::memcpy(&bits, &scalar, 2);
+    Dup("vector_dup", dst, bits, repeat, db, dr);
+}
+
+void vector_dup(bf16_t *dst, bf16_t scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
 {
     (void)sb, (void)sr;
     uint16_t bits;

@@ -1,0 +1,26 @@
+/*
+ * What the kernel's platform layer (pa_platform.hpp) asks of the device-path simulation (-DPA_DEVICE_SIM): the
+ * fault injection of the checker's negative controls (a dropped or mutated synchronisation edge) and the
+ * bookkeeping of its reports and figures.  Everything the device itself does (intrinsics, flags, cross-core
+ * sync) goes through the emulator's intrinsics, not through here.
+ */
+#ifndef PA_DEVSIM_HOOKS_HPP
+#define PA_DEVSIM_HOOKS_HPP
+
+#include <cstdint>
+
+namespace pa::devsim {
+
+/* Both ends of edge `edge` (pa_sync.hpp) do nothing in this launch (pa_sim_drop_sync). */
+bool EdgeDropped(int edge);
+/* Edge `edge` carries mutation `kind` (PA_SIM_MUTATE_*, pa_sim_mutate_sync). */
+bool Mutated(int edge, int kind);
+/* One event of the figures (pa::Counter). */
+void Count(int counter);
+/* The logical work item the calling core is on, for reports. */
+void SetWorkItem(int32_t seq, int32_t head, int32_t split);
+void SetUnit(int32_t unit);
+
+}  // namespace pa::devsim
+
+#endif /* PA_DEVSIM_HOOKS_HPP */

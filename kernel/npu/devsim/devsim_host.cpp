@@ -1,0 +1,278 @@
+/*
+ * Host side of the device-path simulation (build/lib/libpa_sim.so): the kernel ABI exports and the mock API with
+ * the mock's semantics.  call_kernel checks the launch with the shared contract checker, then runs the kernel
+ * compiled against pto-isa's A2/A3 implementations on the emulated clusters (devsim_sched.hpp): every intrinsic
+ * the device would execute, executed by the A2/A3 intrinsic emulator.  Nothing of pto-isa's CPU implementations
+ * is linked in (`nm -C` shows no pto::cpu symbol).
+ *
+ * Controls: PA_SIM_SEED (a launch's seed; unset: a fresh one per launch, reported with every failure and by
+ * pa_sim_last_seed), PA_SIM_SOC (910B1..910B4, A3; default 910B2), PA_SIM_SWITCH_EVERY (mean intrinsics between
+ * baton passes, default 16).  The same through pa_sim_set_seed / pa_sim_set_soc.
+ */
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "../../contract/pa_contract.h"
+#include "../pa_config.hpp"
+#include "../pa_sim_api.h"
+#include "../pa_sync.hpp"
+#include "devsim_hooks.hpp"
+#include "devsim_sched.hpp"
+
+#define PA_PTR_PARAM(name) , void *name
+#define PA_PTR_VALUE(name) name,
+#define PA_DEVICE_PARAM(name) uint8_t *name,
+
+extern "C" void pa_decode_kernel_cube(PA_PTR_ARGS(PA_DEVICE_PARAM) uint32_t block_num, uint64_t ffts_base);
+extern "C" void pa_decode_kernel_vec(PA_PTR_ARGS(PA_DEVICE_PARAM) uint32_t block_num, uint64_t ffts_base);
+
+namespace {
+
+using namespace pa::devsim;
+
+struct HostState {
+    bool bound = false;
+    pa_mock_config config{};
+    pa_mock_error lastError{};
+    bool hasStats = false;
+    pa_sim_stats stats{};
+    std::string errorText; /* the whole text; the record's message holds its first 255 bytes */
+};
+thread_local HostState host;
+
+std::atomic<int32_t> g_droppedEdge{-1};
+std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
+std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
+std::atomic<uint64_t> g_lastSeed{0};
+std::mutex g_socMutex;
+std::string g_soc;                     /* empty: PA_SIM_SOC or 910B2 */
+
+uint64_t NextSeed()
+{
+    if (g_seed >= 0) return uint64_t(g_seed.load());
+    if (const char *env = std::getenv("PA_SIM_SEED"); env != nullptr && *env != '\0') {
+        return std::strtoull(env, nullptr, 0);
+    }
+    static std::random_device device;
+    return (uint64_t(device()) << 32 | device()) & ((1ull << 53) - 1); /* exact in a Python float too */
+}
+
+std::string SocName()
+{
+    std::lock_guard<std::mutex> lock(g_socMutex);
+    if (!g_soc.empty()) return g_soc;
+    const char *env = std::getenv("PA_SIM_SOC");
+    return env != nullptr && *env != '\0' ? env : "910B2";
+}
+
+void SetError(int32_t code, const std::string &text)
+{
+    host.lastError.code = code;
+    host.lastError.arg_slot = host.lastError.core = host.lastError.seq = -1;
+    host.lastError.head = host.lastError.split = -1;
+    std::snprintf(host.lastError.message, sizeof(host.lastError.message), "%s", text.c_str());
+    host.errorText = text;
+}
+
+int32_t Launch(uint32_t blockDim, void *const *ptr)
+{
+    std::memset(&host.lastError, 0, sizeof(host.lastError));
+    host.errorText.clear();
+    if (!host.bound) {
+        SetError(PA_ERR_BAD_LAUNCH, "no pa_mock_bind() configuration on this thread");
+        return PA_ERR_BAD_LAUNCH;
+    }
+    pa_contract contract;
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, &host.lastError);
+    if (rc != PA_OK) return rc;
+
+    LaunchConfig cfg;
+    const std::string soc = SocName();
+    cfg.soc = soc.c_str();
+    cfg.blockDim = blockDim;
+    cfg.seed = NextSeed();
+    g_lastSeed = cfg.seed;
+    cfg.checked = host.config.checked != 0;
+    if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
+    for (int slot = 0; slot < PA_NUM_PTR_ARGS; ++slot) {
+        const uint64_t start = reinterpret_cast<uint64_t>(ptr[slot]), bytes = host.config.extent_bytes[slot];
+        if (start == 0 || bytes == 0) continue;
+        cfg.gmBuffers.emplace_back(start, bytes);
+        int kind = 0;
+        bool written = false;
+        switch (slot) {
+            case PA_ARG_K: case PA_ARG_V: kind = 1; break;
+            case PA_ARG_S: case PA_ARG_P: case PA_ARG_O_TMP: kind = 2; written = true; break;
+            case PA_ARG_O_CORE: case PA_ARG_L: kind = 3; written = true; break;
+            case PA_ARG_O: written = true; break;
+            default: break;
+        }
+        cfg.classes.push_back({start, start + bytes, kind});
+        if (written) cfg.watched.push_back({{start, bytes}, pa_contract_slot_name(slot)});
+    }
+    auto *b = reinterpret_cast<uint8_t *const *>(ptr);
+    cfg.body = [b, blockDim](uint32_t, int role) {
+        auto entry = role == 0 ? pa_decode_kernel_cube : pa_decode_kernel_vec;
+        entry(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
+              b[16], b[17], b[18], b[19], b[20], b[21], b[22], blockDim, /*ffts_base=*/0);
+    };
+    static_assert(PA_NUM_PTR_ARGS == 23, "the entry call above passes 23 pointers");
+
+    Figures fig;
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+        error = RunLaunch(cfg, fig);
+    } catch (const std::exception &err) {
+        error = err.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    pa_sim_stats &st = host.stats;
+    st = pa_sim_stats{};
+    st.gm_read_bytes = fig.gmReadBytes;
+    st.gm_write_bytes = fig.gmWriteBytes;
+    st.kv_read_bytes = fig.kvReadBytes;
+    st.scratch_bytes = fig.scratchBytes;
+    st.partial_bytes = fig.partialBytes;
+    st.handoffs = fig.handoffs;
+    st.units = fig.units;
+    st.tasks = fig.tasks;
+    st.matmuls = fig.matmuls;
+    std::memcpy(st.peak_bytes, fig.peak, sizeof(st.peak_bytes));
+    const uint32_t caps[PA_SIM_REGIONS] = {pa::kUbBytes, pa::kL1Bytes, pa::kL0aBytes, pa::kL0bBytes, pa::kL0cBytes};
+    std::memcpy(st.capacity_bytes, caps, sizeof(caps));
+    st.block_dim = blockDim;
+    st.threads = blockDim * kRoles;
+    st.wall_seconds = seconds;
+    host.hasStats = true;
+
+    if (error.empty()) return PA_OK;
+    const bool hazard = error.rfind("HAZARD", 0) == 0;
+    SetError(hazard ? PA_ERR_HAZARD : PA_ERR_INTERNAL, error);
+    return host.lastError.code;
+}
+
+}  // namespace
+
+namespace pa::devsim {
+bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
+bool Mutated(int edge, int kind) { return g_mutationKind == kind && g_mutationEdge == edge; }
+void Count(int counter)
+{
+    Figures *f = CurrentFigures();
+    if (f == nullptr) return;
+    switch (counter) {
+        case pa::kCountHandoff: ++f->handoffs; break;
+        case pa::kCountUnit: ++f->units; break;
+        case pa::kCountTask: ++f->tasks; break;
+        case pa::kCountMatmul: ++f->matmuls; break;
+        default: break;
+    }
+}
+void SetWorkItem(int32_t seq, int32_t head, int32_t split) { CurrentItem() = WorkItem{seq, head, split, -1}; }
+void SetUnit(int32_t unit) { CurrentItem().unit = unit; }
+}  // namespace pa::devsim
+
+extern "C" {
+
+int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
+
+uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
+
+/* 1: this library runs the kernel's A2/A3 code path on the intrinsic emulator. */
+int32_t pa_sim_device_path(void) { return 1; }
+
+int32_t call_kernel(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_PTR_PARAM))
+{
+    (void)stream;
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_ARGS(PA_PTR_VALUE)};
+    return Launch(block_dim, ptr);
+}
+
+int32_t call_kernel_noop(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_PTR_PARAM))
+{
+    (void)block_dim;
+    (void)stream;
+    void *const ptr[PA_NUM_PTR_ARGS] = {PA_PTR_ARGS(PA_PTR_VALUE)};
+    (void)ptr;
+    return PA_OK;
+}
+
+int32_t pa_mock_bind(const pa_mock_config *config)
+{
+    if (config == nullptr) {
+        host.bound = false;
+        return PA_OK;
+    }
+    host.config = *config;
+    host.bound = true;
+    return PA_OK;
+}
+
+int32_t pa_mock_last_error(pa_mock_error *out)
+{
+    if (out != nullptr) *out = host.lastError;
+    return PA_OK;
+}
+
+/* The whole text of this thread's last error ("" after a launch that passed or failed the contract check). */
+const char *pa_sim_last_error_text(void) { return host.errorText.c_str(); }
+
+int32_t pa_sim_stats_get(pa_sim_stats *out)
+{
+    if (!host.hasStats) return PA_ERR_BAD_LAUNCH;
+    if (out != nullptr) *out = host.stats;
+    return PA_OK;
+}
+
+/* Kept for the launcher's API: the device-path simulation cannot hang (a wait no core can satisfy is a DEADLOCK
+ * error at once), so there is no timeout to set. */
+int32_t pa_sim_set_timeout_ms(int32_t ms)
+{
+    (void)ms;
+    return 0;
+}
+
+int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
+void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
+void pa_sim_mutate_sync(int32_t kind, int32_t edge)
+{
+    g_mutationKind = kind;
+    g_mutationEdge = edge;
+}
+
+/* The seed of later launches (negative: PA_SIM_SEED, else a fresh one per launch), and the last launch's. */
+void pa_sim_set_seed(int64_t seed) { g_seed = seed; }
+uint64_t pa_sim_last_seed(void) { return g_lastSeed; }
+
+/* The SoC whose cluster count bounds residency (NULL: PA_SIM_SOC or 910B2); -1 for an unknown name. */
+int32_t pa_sim_set_soc(const char *name)
+{
+    try {
+        if (name != nullptr) (void)pa::emu::Soc(name);
+    } catch (const std::exception &) {
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(g_socMutex);
+    g_soc = name != nullptr ? name : "";
+    return 0;
+}
+
+/* Clusters of the SoC named (NULL: the current one); -1 for an unknown name. */
+int32_t pa_sim_soc_clusters(const char *name)
+{
+    try {
+        return pa::emu::Soc(name != nullptr ? name : SocName().c_str()).clusters;
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
+}  // extern "C"

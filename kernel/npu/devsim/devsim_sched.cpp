@@ -1,0 +1,348 @@
+/* The device-path simulation's scheduler (see devsim_sched.hpp). */
+#include "devsim_sched.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+
+namespace pa::devsim {
+
+namespace {
+
+using emu::Kind;
+
+enum class State { Pending, Runnable, Blocked, Done };
+
+struct Agent {
+    uint32_t index = 0, block = 0;
+    int role = 0;
+    emu::Core core;
+    State state = State::Pending;
+    int waitFlag = -1;
+    std::deque<Clock> delivered[emu::kCrossFlags]; /* the clocks of the sets a wait will consume */
+    WorkItem item;
+    Figures figures;
+    std::condition_variable turn; /* notified when the baton comes to this core (or the launch aborts) */
+};
+
+/* Thrown in a core's thread when another core failed the launch: unwinds it quietly. */
+struct Aborted {};
+
+struct Run {
+    const LaunchConfig &cfg;
+    const emu::SocSpec &soc;
+    std::vector<std::unique_ptr<Agent>> agents;
+    std::mutex mu;
+    int64_t running = -1;
+    bool aborted = false;
+    std::string error;
+    std::mt19937_64 rng;
+    std::vector<uint32_t> order; /* blocks in the order they become resident */
+    size_t admitted = 0;
+    /* mode 2, vector -> cube: each vector core's sets not yet matched by the other's, per block and flag */
+    std::vector<std::deque<Clock>> fromVec; /* [(block * 2 + sub) * kCrossFlags + flag] */
+    /* mode 0: arrivals of this generation of each flag, and the join of their clocks */
+    uint32_t allVecArrivals[emu::kCrossFlags] = {};
+    Clock allVecClock[emu::kCrossFlags];
+    Hazards hazards;
+    bool checked = false;
+
+    Run(const LaunchConfig &c, const emu::SocSpec &s) : cfg(c), soc(s), rng(c.seed) {}
+};
+
+thread_local Agent *t_agent = nullptr;
+Run *g_run = nullptr; /* the launch in progress (launches are serialised) */
+std::mutex g_launchMutex;
+
+std::string Label(uint32_t block, int role)
+{
+    char text[48];
+    std::snprintf(text, sizeof text, role == 0 ? "cube core %u.0" : "vec core %u.%d", block, role - 1);
+    return text;
+}
+
+void WakeAll(Run &r)
+{
+    for (const auto &a : r.agents) a->turn.notify_one();
+}
+
+void Admit(Run &r)
+{
+    const uint32_t block = r.order[r.admitted++];
+    for (int role = 0; role < kRoles; ++role) r.agents[block * kRoles + role]->state = State::Runnable;
+}
+
+std::string DeadlockText(Run &r)
+{
+    std::string text = "DEADLOCK (PA_SIM_SEED=" + std::to_string(r.cfg.seed) + "): no core can run;";
+    for (const auto &a : r.agents) {
+        if (a->state != State::Blocked) continue;
+        text += " " + Label(a->block, a->role) + " waits on pipe S for cross-core flag " + std::to_string(a->waitFlag) +
+                " (wait_flag_dev, counter 0);";
+    }
+    const size_t pending = r.order.size() - r.admitted;
+    if (pending > 0) {
+        text += " " + std::to_string(pending) + " of " + std::to_string(r.order.size()) +
+                " blocks are not resident (" + r.soc.name + " holds " + std::to_string(r.soc.clusters) +
+                " clusters; a block starts when a resident one ends)";
+    }
+    return text;
+}
+
+/* Hands the baton to a core picked at random among those that can run and waits to get it back.  Called with
+ * the lock held by the core holding the baton; `me` may be null (a core that ended). */
+void PassLocked(Run &r, std::unique_lock<std::mutex> &lock, Agent *me)
+{
+    std::vector<uint32_t> ready;
+    bool blocked = false;
+    for (const auto &a : r.agents) {
+        if (a->state == State::Runnable) ready.push_back(a->index);
+        blocked |= a->state == State::Blocked;
+    }
+    if (ready.empty()) {
+        if (blocked) {
+            r.error = DeadlockText(r);
+            r.aborted = true;
+            WakeAll(r);
+            if (me != nullptr) throw Aborted{};
+        }
+        r.running = -1;
+        return;
+    }
+    const uint32_t next = ready[r.rng() % ready.size()];
+    if (me != nullptr && next == me->index) return;
+    if (me != nullptr) ++me->figures.switches;
+    r.running = next;
+    r.agents[next]->turn.notify_one();
+    if (me == nullptr) return;
+    me->turn.wait(lock, [&] { return r.running == int64_t(me->index) || r.aborted; });
+    if (r.aborted) throw Aborted{};
+}
+
+void Raise(Agent &to, int flag, Clock clock)
+{
+    uint8_t &counter = to.core.cross[flag];
+    if (counter >= emu::kCrossCounterMax) {
+        throw emu::Fault("emu fault: ffts_cross_core_sync: the cross-core counter of flag " + std::to_string(flag) +
+                         " on " + Label(to.block, to.role) + " is already " + std::to_string(counter) +
+                         " (4 bits): a set would be lost");
+    }
+    ++counter;
+    to.delivered[flag].push_back(std::move(clock));
+    if (to.state == State::Blocked && to.waitFlag == flag) {
+        to.state = State::Runnable;
+        to.waitFlag = -1;
+    }
+}
+
+/* An FFTS message from the current core: mode bits 4-7, flag bits 8-11. */
+void Deliver(Run &r, Agent &from, const emu::Issue &issue)
+{
+    const int mode = int((issue.config >> 4) & 0xf), flag = int((issue.config >> 8) & 0xf);
+    Clock clock = r.checked ? r.hazards.Snapshot(from.index, issue.pipe) : Clock{};
+    const uint32_t base = from.block * kRoles;
+    if (mode == 2 && from.role == 0) {
+        Raise(*r.agents[base + 1], flag, clock);
+        Raise(*r.agents[base + 2], flag, clock);
+    } else if (mode == 2) {
+        std::deque<Clock> &mine = r.fromVec[(from.block * 2 + uint32_t(from.role - 1)) * emu::kCrossFlags + flag];
+        std::deque<Clock> &other = r.fromVec[(from.block * 2 + uint32_t(2 - from.role)) * emu::kCrossFlags + flag];
+        mine.push_back(std::move(clock));
+        if (!other.empty()) {
+            Clock both = mine.front();
+            for (size_t i = 0; i < both.size(); ++i) both[i] = std::max(both[i], other.front()[i]);
+            mine.pop_front();
+            other.pop_front();
+            Raise(*r.agents[base], flag, std::move(both));
+        }
+    } else if (mode == 0 && from.role != 0) {
+        Clock &join = r.allVecClock[flag];
+        if (join.size() < clock.size()) join.resize(clock.size(), 0);
+        for (size_t i = 0; i < clock.size(); ++i) join[i] = std::max(join[i], clock[i]);
+        if (++r.allVecArrivals[flag] == 2 * r.cfg.blockDim) {
+            for (const auto &a : r.agents) {
+                if (a->role != 0) Raise(*a, flag, join);
+            }
+            r.allVecArrivals[flag] = 0;
+            join.clear();
+        }
+    } else {
+        throw emu::Fault("emu fault: ffts_cross_core_sync on " + Label(from.block, from.role) + ": mode " +
+                         std::to_string(mode) + " from a " + (from.role == 0 ? "cube" : "vector") +
+                         " core is not one the emulated FFTS delivers (2: within the cluster, 0: vector cores)");
+    }
+}
+
+void CountFigures(Agent &a, const emu::Issue &issue, const LaunchConfig &cfg)
+{
+    Figures &f = a.figures;
+    ++f.intrinsics;
+    const bool transfer = issue.pipe == emu::Pipe::MTE2 || issue.pipe == emu::Pipe::MTE3 || issue.pipe == emu::Pipe::FIX;
+    for (const emu::Access &acc : issue.accesses) {
+        if (acc.space != emu::Space::GM) {
+            const int region = int(acc.space) - 1; /* UB, L1, L0A, L0B, L0C */
+            f.peak[region] = std::max<uint32_t>(f.peak[region], uint32_t(acc.start + acc.bytes));
+            continue;
+        }
+        if (!transfer) continue;
+        (acc.write ? f.gmWriteBytes : f.gmReadBytes) += acc.bytes;
+        for (const GmClass &c : cfg.classes) {
+            if (acc.start < c.start || acc.start >= c.end) continue;
+            if (c.kind == 1 && !acc.write) f.kvReadBytes += acc.bytes;
+            if (c.kind == 2) f.scratchBytes += acc.bytes;
+            if (c.kind == 3) f.partialBytes += acc.bytes;
+        }
+    }
+}
+
+void OnIssue(const emu::Issue &issue)
+{
+    Agent &a = *t_agent;
+    Run &r = *g_run;
+    CountFigures(a, issue, r.cfg);
+    if (issue.kind == Kind::CrossWait && r.checked) {
+        std::deque<Clock> &q = a.delivered[issue.event];
+        if (!q.empty()) {
+            r.hazards.JoinAll(a.index, q.front());
+            q.pop_front();
+        }
+    } else if (issue.kind == Kind::CrossWait) {
+        a.delivered[issue.event].clear();
+    }
+    if (r.checked) r.hazards.OnIssue(a.index, issue, a.item);
+    std::unique_lock<std::mutex> lock(r.mu);
+    if (issue.kind == Kind::CrossSet) Deliver(r, a, issue);
+    const bool cross = issue.kind == Kind::CrossSet || issue.kind == Kind::CrossWait;
+    if (cross || r.rng() % r.cfg.switchEvery == 0) PassLocked(r, lock, &a);
+}
+
+bool OnCrossWait(int flag)
+{
+    Agent &a = *t_agent;
+    Run &r = *g_run;
+    std::unique_lock<std::mutex> lock(r.mu);
+    a.state = State::Blocked;
+    a.waitFlag = flag;
+    PassLocked(r, lock, &a);
+    return a.core.cross[flag] > 0;
+}
+
+void CoreThread(Run &r, Agent &a)
+{
+    t_agent = &a;
+    emu::SetCurrent(&a.core);
+    try {
+        {
+            std::unique_lock<std::mutex> lock(r.mu);
+            a.turn.wait(lock, [&] { return r.running == int64_t(a.index) || r.aborted; });
+            if (r.aborted) throw Aborted{};
+        }
+        r.cfg.body(a.block, a.role);
+        if (r.checked) r.hazards.Finish(a.index, a.core);
+        std::unique_lock<std::mutex> lock(r.mu);
+        a.state = State::Done;
+        const uint32_t base = a.block * kRoles;
+        bool blockDone = true;
+        for (int role = 0; role < kRoles; ++role) blockDone &= r.agents[base + role]->state == State::Done;
+        if (blockDone && r.admitted < r.order.size()) Admit(r);
+        PassLocked(r, lock, nullptr);
+    } catch (const Aborted &) {
+    } catch (const std::exception &err) {
+        std::unique_lock<std::mutex> lock(r.mu);
+        if (!r.aborted) {
+            r.error = std::string(err.what()) + " [PA_SIM_SEED=" + std::to_string(r.cfg.seed) + "]";
+            r.aborted = true;
+        }
+        WakeAll(r);
+    }
+    {
+        std::unique_lock<std::mutex> lock(r.mu);
+        a.state = State::Done;
+    }
+    emu::SetCurrent(nullptr);
+    t_agent = nullptr;
+}
+
+}  // namespace
+
+WorkItem &CurrentItem()
+{
+    static thread_local WorkItem none;
+    return t_agent != nullptr ? t_agent->item : none;
+}
+
+Figures *CurrentFigures() { return t_agent != nullptr ? &t_agent->figures : nullptr; }
+
+std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
+{
+    std::lock_guard<std::mutex> serial(g_launchMutex);
+    const emu::SocSpec &soc = emu::Soc(cfg.soc);
+    Run r(cfg, soc);
+    r.checked = cfg.checked;
+    const uint32_t cores = cfg.blockDim * kRoles;
+    std::vector<std::string> labels;
+    for (uint32_t b = 0; b < cfg.blockDim; ++b) {
+        for (int role = 0; role < kRoles; ++role) {
+            auto a = std::make_unique<Agent>();
+            a->index = b * kRoles + uint32_t(role);
+            a->block = b;
+            a->role = role;
+            a->core = emu::MakeCore(soc, role == 0 ? emu::CoreKind::Cube : emu::CoreKind::Vector, int(b), role == 0 ? 0 : role - 1,
+                                    cfg.seed);
+            emu::RandomiseModeState(a->core, cfg.seed * 1315423911ull + a->index);
+            labels.push_back(Label(b, role));
+            r.agents.push_back(std::move(a));
+        }
+    }
+    if (r.checked) {
+        r.hazards.Init(cores, labels);
+        for (const auto &[range, name] : cfg.watched) r.hazards.WatchGm(range.first, range.second, name);
+    }
+    r.fromVec.resize(size_t(cfg.blockDim) * 2 * emu::kCrossFlags);
+    r.order.resize(cfg.blockDim);
+    for (uint32_t b = 0; b < cfg.blockDim; ++b) r.order[b] = b;
+    std::shuffle(r.order.begin(), r.order.end(), r.rng);
+    for (uint32_t b = 0; b < std::min<uint32_t>(cfg.blockDim, uint32_t(soc.clusters)); ++b) Admit(r);
+
+    emu::ClearGm();
+    for (const auto &[start, bytes] : cfg.gmBuffers) emu::RegisterGm(reinterpret_cast<void *>(start), bytes);
+    g_run = &r;
+    emu::SetIssueHook(OnIssue);
+    emu::SetCrossWaitHook(OnCrossWait);
+
+    std::vector<std::thread> threads;
+    threads.reserve(cores);
+    for (const auto &a : r.agents) threads.emplace_back(CoreThread, std::ref(r), std::ref(*a));
+    {
+        std::unique_lock<std::mutex> lock(r.mu);
+        PassLocked(r, lock, nullptr);
+    }
+    for (auto &t : threads) t.join();
+
+    emu::SetIssueHook(nullptr);
+    emu::SetCrossWaitHook(nullptr);
+    emu::ClearGm();
+    g_run = nullptr;
+    figures = Figures{};
+    for (const auto &a : r.agents) {
+        const Figures &f = a->figures;
+        figures.gmReadBytes += f.gmReadBytes;
+        figures.gmWriteBytes += f.gmWriteBytes;
+        figures.kvReadBytes += f.kvReadBytes;
+        figures.scratchBytes += f.scratchBytes;
+        figures.partialBytes += f.partialBytes;
+        figures.handoffs += f.handoffs;
+        figures.units += f.units;
+        figures.tasks += f.tasks;
+        figures.matmuls += f.matmuls;
+        figures.intrinsics += f.intrinsics;
+        figures.switches += f.switches;
+        for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);
+    }
+    if (r.error.empty() && r.aborted) r.error = DeadlockText(r);
+    return r.error;
+}
+
+}  // namespace pa::devsim
