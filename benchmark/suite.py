@@ -75,6 +75,11 @@ def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backen
                 batch_invariant: bool = False) -> Any:
     from launcher import PagedAttentionRunner
 
+    if backend is None and options.predict:  # the timing model replays the CPU-implementation build's trace
+        from launcher.backends import SimBackend
+        from launcher.library import oracle_sim_path
+
+        backend = SimBackend(library=oracle_sim_path())
     return PagedAttentionRunner(
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),

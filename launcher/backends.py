@@ -59,6 +59,12 @@ class Backend(ABC):
     def core_count(self, device: torch.device) -> int:
         """Cube cores to plan for on ``device``."""
 
+    def max_clusters(self, device: torch.device) -> int | None:
+        """AI-core clusters that can be resident at once on ``device`` (None: no limit is modelled).  The
+        split-KV combine waits at an all-vector-core barrier, which completes only when every launched block
+        is resident, so a launch of more blocks than this would hang on a device."""
+        return None
+
     @abstractmethod
     def resolve_stream(self, stream: Any) -> tuple[Any, int | None]:
         """(stream object, raw handle passed to ``call_kernel``) for a user's ``stream`` argument."""
@@ -138,9 +144,25 @@ class MockBackend(Backend):
 
 
 class SimBackend(MockBackend):
-    """Our NPU kernel under pto-isa's CPU simulation; it speaks the mock protocol."""
+    """Our NPU kernel's A2/A3 code on the intrinsic emulator (``libpa_sim.so``); it speaks the mock protocol.
+    Its SoC (``PA_SIM_SOC``, default 910B2) sets the clusters it plans for and the launch may use."""
 
     name = "sim"
+
+    def max_clusters(self, device: torch.device) -> int | None:
+        handle = self.library.handle
+        if not hasattr(handle, "pa_sim_soc_clusters"):
+            return None
+        handle.pa_sim_soc_clusters.argtypes = [ctypes.c_char_p]
+        handle.pa_sim_soc_clusters.restype = ctypes.c_int32
+        clusters = int(handle.pa_sim_soc_clusters(None))
+        if clusters < 1:
+            raise RuntimeError(f"{self.library.path.name} knows no SoC named by PA_SIM_SOC (expected 910B1..910B4 or A3)")
+        return clusters
+
+    def core_count(self, device: torch.device) -> int:
+        clusters = self.max_clusters(device)
+        return MOCK_CORE_COUNT if clusters is None else clusters
 
 
 def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContractError:
@@ -180,6 +202,9 @@ class NpuBackend(Backend):
             raise RuntimeError(f"device properties of {device} report no cube cores (cube_core_num={count}); "
                                "pass core_count= explicitly")
         return count
+
+    def max_clusters(self, device: torch.device) -> int | None:
+        return self.core_count(device)
 
     def resolve_stream(self, stream: Any) -> tuple[Any, int | None]:
         if stream is None:

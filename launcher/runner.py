@@ -118,6 +118,12 @@ class PagedAttentionRunner:
         self.checked, self.strategy, self.batch_invariant = checked, strategy, batch_invariant
         self.handoff_tokens = 0 if self.library.external else handoff_tokens
         self.core_count = core_count if core_count is not None else backend.core_count(capacity.device)
+        clusters = backend.max_clusters(capacity.device)
+        if clusters is not None and self.core_count > clusters:
+            raise ValueError(
+                f"core_count={self.core_count} exceeds the {clusters} AI-core clusters the {backend.name} backend's SoC "
+                f"holds at once: the split-KV combine waits at a barrier of every launched block, which never "
+                f"completes while excess blocks wait for a free cluster; pass core_count <= {clusters}")
         self._stream, self._stream_handle = backend.resolve_stream(stream)
         self._device = DeviceState(capacity, backend, self._stream, core_count=self.core_count,
                                    handoff_tokens=self.handoff_tokens, out=out)

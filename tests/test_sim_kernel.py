@@ -1,4 +1,6 @@
-"""Standalone check of the pto-isa kernel's CPU simulation (``build/lib/libpa_sim.so``) through ctypes.
+"""Standalone check of the kernel's simulations through ctypes: the device-path simulation (``build/lib/libpa_sim.so``,
+the kernel's A2/A3 code on the intrinsic emulator) and, where a case says ``"library": "cpu"``, the build on
+pto-isa's CPU implementations (``libpa_sim_cpu.so``, the oracle and the timing model's trace source).
 
 Each case runs in a child process (this file run as a script): a pto-isa on-chip overflow asserts and
 aborts, and that must fail one case, not the test session.  The child plans with the tiling planner,
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +24,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIB = Path(os.environ.get("PA_KIT_LIB_DIR", ROOT / "build" / "lib")) / "libpa_sim.so"
+LIB_DIR = Path(os.environ.get("PA_KIT_LIB_DIR", ROOT / "build" / "lib"))
+LIB = LIB_DIR / "libpa_sim.so"
+LIB_CPU = LIB_DIR / "libpa_sim_cpu.so"
 CASE_TIMEOUT_S = 600
 EXTRA_PAGES = 7
 
@@ -32,7 +37,7 @@ import torch  # noqa: E402
 
 from accuracy.reference import compare, reference  # noqa: E402
 from launcher.library import load_library  # noqa: E402
-from launcher.mock_api import MockConfig, MockError  # noqa: E402
+from launcher.mock_api import MockConfig, MockError, last_error_text  # noqa: E402
 from launcher.sim_api import SimStats  # noqa: E402
 from tiling import abi, plan_paged_attention  # noqa: E402
 
@@ -111,7 +116,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         tiling[words] = tiling[words][::-1].copy()
     if case.get("bad_gather") and batch > 1:
         tiling[abi.batch_word(0, abi.BatchField.GATHER)] = tiling[abi.batch_word(1, abi.BatchField.GATHER)]
-    lib = load_library(LIB).handle  # declares the signatures and checks the struct mirrors against the library
+    lib = load_library(LIB_CPU if case.get("library") == "cpu" else LIB).handle  # declares the signatures and checks the struct mirrors against the library
     cfg = MockConfig()
     ptrs: list[ctypes.c_void_p] = [ctypes.c_void_p(None)] * abi.NUM_PTR_ARGS
     for slot, arr in bufs.items():
@@ -128,7 +133,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "rc": rc, "key": int(tiling[abi.TilingWord.KEY]), "block_dim": plan.block_dim, "kvcn": plan.kv_core_num,
         "err": {"code": err.code, "slot": err.arg_slot, "offset": err.element_offset, "seq": err.seq,
-                "message": err.message.decode(errors="replace")},
+                "message": last_error_text(lib) or err.message.decode(errors="replace")},
         "stats": {name: (list(getattr(stats, name)) if name.endswith("_bytes") and name.startswith(("peak", "cap"))
                          else getattr(stats, name)) for name, _ in SimStats._fields_},
     }
@@ -151,7 +156,12 @@ def run_in_child(case: dict[str, Any], env: dict[str, str] | None = None) -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-needs_sim = pytest.mark.skipif(not LIB.exists(), reason=f"{LIB} not built (bash kernel/npu/build_sim.sh)")
+needs_sim = pytest.mark.skipif(not LIB.exists(), reason=f"{LIB} not built (bash compile.sh)")
+needs_cpu_sim = pytest.mark.skipif(not LIB_CPU.exists(), reason=f"{LIB_CPU} not built (bash kernel/npu/build_sim.sh)")
+
+
+def message_of(res: dict[str, Any]) -> str:
+    return str(res["err"]["message"])
 
 HANDOFFS_PER_UNIT = 4
 BASE = {"hq": 8, "hkv": 2, "d": 128, "bs": 128, "dtype": "fp16", "cores": 4}
@@ -249,11 +259,46 @@ def test_one_split_sequences_skip_the_combine() -> None:
 
 
 @needs_sim
-def test_sim_deadlock_times_out_instead_of_hanging() -> None:
-    """A lost cube->vector signal (fault injection) must end the launch with PA_ERR_INTERNAL."""
-    res = run_in_child({**BASE, "lens": [300, 40]}, env={"PA_SIM_DROP_SIGNAL": "0", "PA_SIM_TIMEOUT_MS": "300"})
+def test_a_lost_signal_is_a_deadlock_naming_core_pipe_and_flag() -> None:
+    """A lost cube->vector signal (fault injection) ends the launch at once with PA_ERR_INTERNAL, naming the
+    waiting cores, their pipe and the flag; the simulation never hangs."""
+    res = run_in_child({**BASE, "lens": [300, 40]}, env={"PA_SIM_DROP_SIGNAL": "0"})
+    assert res["rc"] == int(abi.ErrorCode.INTERNAL), res
+    message = res["err"]["message"]
+    assert message.startswith("DEADLOCK") and "PA_SIM_SEED=" in message, res
+    assert re.search(r"vec core \d+\.\d waits on pipe S for cross-core flag \d+", message), res
+
+
+@needs_cpu_sim
+def test_the_cpu_oracle_deadlock_times_out_instead_of_hanging() -> None:
+    res = run_in_child({**BASE, "lens": [300, 40], "library": "cpu"},
+                       env={"PA_SIM_DROP_SIGNAL": "0", "PA_SIM_TIMEOUT_MS": "300"})
     assert res["rc"] == int(abi.ErrorCode.INTERNAL), res
     assert "deadlock" in res["err"]["message"], res
+
+
+#: split-KV over more blocks than a 910B2 holds (24 clusters): the combine's all-vector barrier
+RESIDENCY_CASE = {**BASE, "lens": [4100, 3000], "hq": 4, "hkv": 1, "d": 64, "bs": 64, "cores": 30,
+                  "strategy": "split_kv"}
+
+
+@needs_sim
+def test_split_kv_with_more_blocks_than_clusters_deadlocks() -> None:
+    """Blocks beyond the SoC's clusters start only when a resident block ends; the combine's barrier of every
+    vector core then never completes: a DEADLOCK that says which blocks were not resident.  The launcher
+    refuses such a core_count before any launch (tests/test_residency.py)."""
+    res = run_in_child(RESIDENCY_CASE)
+    assert res["block_dim"] > 24 and res["kvcn"] > 1, res
+    assert res["rc"] == int(abi.ErrorCode.INTERNAL), res
+    assert "not resident" in message_of(res), res
+
+
+@needs_sim
+def test_bn_with_more_blocks_than_clusters_runs_in_waves() -> None:
+    """Without the barrier, excess blocks run after resident ones end, as on the device, and the result holds."""
+    res = run_in_child({**RESIDENCY_CASE, "strategy": "bn", "lens": [400] * 30, "cores": 30})
+    assert res["block_dim"] > 24, res
+    assert res["rc"] == 0 and res["passed"], res
 
 
 if __name__ == "__main__":

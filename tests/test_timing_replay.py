@@ -158,19 +158,19 @@ def test_band_ends_bracket_the_nominal_prediction() -> None:
 
 
 # ---- the simulation's trace ---------------------------------------------------------------------------------
-from test_sim_kernel import BASE, LIB, needs_sim, run_case  # noqa: E402
+from test_sim_kernel import BASE, LIB_CPU, needs_cpu_sim, run_case  # noqa: E402
 
 
-@needs_sim
+@needs_cpu_sim
 def test_trace_mirror_matches_the_library() -> None:
-    lib = ctypes.CDLL(str(LIB))
+    lib = ctypes.CDLL(str(LIB_CPU))
     tr.declare(lib)
     assert lib.pa_sim_trace_event_bytes() == tr.TRACE_DTYPE.itemsize
     names = tr.op_names(lib)
     assert {"TLOAD", "TSTORE", "TMATMUL", "TROWMAX", "TCVT"} <= set(names)
 
 
-@needs_sim
+@needs_cpu_sim
 def test_a_simulated_launch_replays() -> None:
     """A real trace: every role's stream ends, the prediction respects the HBM bound, K/V bursts are D·2 bytes."""
     pytest.importorskip("timing.costs")
@@ -180,8 +180,9 @@ def test_a_simulated_launch_replays() -> None:
         costs = load_cost_tables()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4, "strategy": "bn"}
-    lib = ctypes.CDLL(str(LIB))
+    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4, "strategy": "bn",
+            "library": "cpu"}
+    lib = ctypes.CDLL(str(LIB_CPU))
     trace = tr.capture(lib, lambda: run_case(case), 4)
     kinds = set(trace.events["kind"].tolist())
     assert {tr.EV_INSTR, tr.EV_SET, tr.EV_WAIT, tr.EV_SIGNAL, tr.EV_XWAIT} <= kinds
@@ -192,7 +193,7 @@ def test_a_simulated_launch_replays() -> None:
     assert len(pred.end_s) == 4 * 3
 
 
-@needs_sim
+@needs_cpu_sim
 def test_bench_predict_writes_predictions_and_a_trace(tmp_path: Path) -> None:
     """``--predict`` on a small shape: the pa-kit record carries predicted_us and the trace opens as JSON."""
     pytest.importorskip("timing.costs")

@@ -146,8 +146,10 @@ AICORE inline void Extract(DstT &dst, SrcT &src, uint32_t row, uint32_t col)
 template <typename TileT>
 AICORE inline void ZeroL1(TileT &tile)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     if (rec::SkipZeroPadding()) return; /* negative control: padding left as the device leaves it */
+#elif defined(PA_DEVICE_SIM)
+    if (devsim::SkipZeroPadding()) return;
 #endif
     PA_RECORD(kPipeMte2, "TEXPANDS_L1", rec::ShapeOf(tile), {rec::Of(tile, true)});
     TEXPANDS(tile, typename TileT::DType(0.0f));
@@ -356,8 +358,10 @@ AICORE inline void VecBarrier(int edge)
 /* A block id the kernel is about to use; the NPU kernel trusts the table (the host validated it). */
 AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 {
-#ifdef __CPU_SIM
+#if defined(__CPU_SIM)
     sim::CheckBlockId(id, int64_t(tableIndex));
+#elif defined(PA_DEVICE_SIM)
+    devsim::CheckBlockId(id, int64_t(tableIndex));
 #else
     (void)id; (void)tableIndex;
 #endif

@@ -15,11 +15,16 @@ namespace pa::devsim {
 bool EdgeDropped(int edge);
 /* Edge `edge` carries mutation `kind` (PA_SIM_MUTATE_*, pa_sim_mutate_sync). */
 bool Mutated(int edge, int kind);
+/* Negative control of the padding the cube multiplies: the kernel's zero fills of L1 padding are skipped. */
+bool SkipZeroPadding();
 /* One event of the figures (pa::Counter). */
 void Count(int counter);
 /* The logical work item the calling core is on, for reports. */
 void SetWorkItem(int32_t seq, int32_t head, int32_t split);
 void SetUnit(int32_t unit);
+/* A block id the kernel is about to use: outside [0, num_blocks) ends the launch with PA_ERR_BAD_BLOCK_ID, the
+ * mock's record (the device would read another sequence's pages). */
+void CheckBlockId(int64_t id, int64_t tableIndex);
 
 }  // namespace pa::devsim
 

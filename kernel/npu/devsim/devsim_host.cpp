@@ -47,10 +47,15 @@ struct HostState {
 thread_local HostState host;
 
 std::atomic<int32_t> g_droppedEdge{-1};
+std::atomic<bool> g_skipZeroPadding{false};
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
 std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
 std::atomic<uint64_t> g_lastSeed{0};
 std::mutex g_socMutex;
+/* A failure the kernel's own checks recorded with the mock's fields (a bad block id); launches are serialised. */
+pa_mock_error g_record{};
+bool g_hasRecord = false;
+int64_t g_numBlocks = 0;
 std::string g_soc;                     /* empty: PA_SIM_SOC or 910B2 */
 
 uint64_t NextSeed()
@@ -99,6 +104,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     cfg.seed = NextSeed();
     g_lastSeed = cfg.seed;
     cfg.checked = host.config.checked != 0;
+    if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) cfg.dropSignal = std::atoll(drop);
     if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
     for (int slot = 0; slot < PA_NUM_PTR_ARGS; ++slot) {
         const uint64_t start = reinterpret_cast<uint64_t>(ptr[slot]), bytes = host.config.extent_bytes[slot];
@@ -124,6 +130,8 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     };
     static_assert(PA_NUM_PTR_ARGS == 23, "the entry call above passes 23 pointers");
 
+    g_hasRecord = false;
+    g_numBlocks = host.config.num_blocks;
     Figures fig;
     const auto start = std::chrono::steady_clock::now();
     std::string error;
@@ -154,7 +162,13 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     host.hasStats = true;
 
     if (error.empty()) return PA_OK;
-    const bool hazard = error.rfind("HAZARD", 0) == 0;
+    if (g_hasRecord) {
+        host.lastError = g_record;
+        host.errorText = error;
+        return g_record.code;
+    }
+    /* the checker's reports, and the emulator's own ordering faults (a flag set twice), are hazards */
+    const bool hazard = error.find("HAZARD") != std::string::npos;
     SetError(hazard ? PA_ERR_HAZARD : PA_ERR_INTERNAL, error);
     return host.lastError.code;
 }
@@ -162,6 +176,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
 }  // namespace
 
 namespace pa::devsim {
+bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
 bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
 bool Mutated(int edge, int kind) { return g_mutationKind == kind && g_mutationEdge == edge; }
 void Count(int counter)
@@ -178,6 +193,28 @@ void Count(int counter)
 }
 void SetWorkItem(int32_t seq, int32_t head, int32_t split) { CurrentItem() = WorkItem{seq, head, split, -1}; }
 void SetUnit(int32_t unit) { CurrentItem().unit = unit; }
+void CheckBlockId(int64_t id, int64_t tableIndex)
+{
+    if (id >= 0 && id < g_numBlocks) return;
+    char text[200];
+    std::snprintf(text, sizeof text, "block id %lld at block_tables element %lld (sequence %d) outside [0, %lld)",
+                  static_cast<long long>(id), static_cast<long long>(tableIndex), CurrentItem().seq,
+                  static_cast<long long>(g_numBlocks));
+    if (!g_hasRecord) {
+        g_hasRecord = true;
+        g_record = pa_mock_error{};
+        g_record.code = PA_ERR_BAD_BLOCK_ID;
+        g_record.arg_slot = PA_ARG_BLOCK_TABLES;
+        g_record.element_offset = tableIndex;
+        g_record.extent_elems = g_numBlocks;
+        g_record.core = CurrentBlock();
+        g_record.seq = CurrentItem().seq;
+        g_record.head = CurrentItem().head;
+        g_record.split = CurrentItem().split;
+        std::snprintf(g_record.message, sizeof g_record.message, "%s", text);
+    }
+    throw std::runtime_error(text);
+}
 }  // namespace pa::devsim
 
 extern "C" {
@@ -242,6 +279,7 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
 
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
+void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on != 0; }
 void pa_sim_mutate_sync(int32_t kind, int32_t edge)
 {
     g_mutationKind = kind;

@@ -48,6 +48,7 @@ struct Run {
     Clock allVecClock[emu::kCrossFlags];
     Hazards hazards;
     bool checked = false;
+    int64_t messages = 0;
 
     Run(const LaunchConfig &c, const emu::SocSpec &s) : cfg(c), soc(s), rng(c.seed) {}
 };
@@ -141,6 +142,7 @@ void Raise(Agent &to, int flag, Clock clock)
 void Deliver(Run &r, Agent &from, const emu::Issue &issue)
 {
     const int mode = int((issue.config >> 4) & 0xf), flag = int((issue.config >> 8) & 0xf);
+    if (r.messages++ == r.cfg.dropSignal) return; /* the fault injection of the deadlock negative control */
     Clock clock = r.checked ? r.hazards.Snapshot(from.index, issue.pipe) : Clock{};
     const uint32_t base = from.block * kRoles;
     if (mode == 2 && from.role == 0) {
@@ -272,6 +274,8 @@ WorkItem &CurrentItem()
     static thread_local WorkItem none;
     return t_agent != nullptr ? t_agent->item : none;
 }
+
+int32_t CurrentBlock() { return t_agent != nullptr ? int32_t(t_agent->block) : -1; }
 
 Figures *CurrentFigures() { return t_agent != nullptr ? &t_agent->figures : nullptr; }
 

@@ -52,6 +52,7 @@ struct LaunchConfig {
     uint64_t seed = 1;
     uint32_t switchEvery = 16;
     bool checked = true;                                   /* hazard checker on */
+    int64_t dropSignal = -1;                               /* fault injection: the n-th FFTS message is lost */
     std::vector<std::pair<uint64_t, uint64_t>> gmBuffers;  /* every registered argument range */
     std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> watched; /* written buffers, named */
     std::vector<GmClass> classes;
@@ -63,6 +64,8 @@ std::string RunLaunch(const LaunchConfig &config, Figures &figures);
 
 /* The work item of the calling core (the kernel's SetWorkItem/SetUnit), for reports. */
 WorkItem &CurrentItem();
+/* The block of the calling core (-1 off a core thread). */
+int32_t CurrentBlock();
 Figures *CurrentFigures();
 
 }  // namespace pa::devsim

@@ -118,7 +118,8 @@ void set_flag(int srcPipe, int dstPipe, int event)
     uint8_t &bit = Current().flag[int(src)][int(dst)][event];
     if (bit) {
         Raise("set_flag", src, "event", uint64_t(event),
-              std::string("flag ") + PipeName(src) + "->" + PipeName(dst) + " set twice without a wait");
+              std::string("HAZARD: flag ") + PipeName(src) + "->" + PipeName(dst) +
+                  " set twice without a wait (the device keeps one bit: the second set is lost)");
     }
     bit = 1;
     Report({"set_flag", src, {}, Kind::SetFlag, src, dst, event});

@@ -47,7 +47,7 @@ namespace {
 const char *const kOpNames[] = {"TLOAD", "TSTORE", "TMOV", "TEXTRACT", "TEXPANDS_L1", "TMATMUL", "TMATMUL_ACC",
                                 "TEXP", "TLOG", "TCOLSUM", "TMULS", "TADDS", "TADD", "TSUB", "TMUL", "TMAX",
                                 "TROWMAX", "TROWSUM", "TROWEXPANDSUB", "TROWEXPANDMUL", "TROWEXPANDDIV", "TCVT",
-                                "TEXPANDS", "GetValue", "scalar GM read"};
+                                "TEXPANDS", "GetValue", "scalar GM read", "TROWEXPAND"};
 constexpr int kOpCount = int(sizeof(kOpNames) / sizeof(kOpNames[0]));
 
 uint8_t OpCode(const char *op)
