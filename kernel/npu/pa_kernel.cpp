@@ -94,6 +94,10 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) ui
     const pa::KernelArgs args{{PA_PTR_ARGS(PA_PARAM_INIT)}};
 #if !defined(__CPU_SIM)
     set_ffts_base_addr(ffts_base);
+    /* Mode state a previous kernel on this core may have left otherwise: CTRL[48] = 1 turns off the vector
+     * unit's and FIX's float saturation, so a NaN or inf in the inputs reaches the output as NaN or inf (with
+     * saturation on, the conversions to fp16/bf16 would turn NaN into 0 and inf into the largest finite value). */
+    set_ctrl(sbitset1(get_ctrl(), 48));
 #else
     (void)ffts_base;
 #endif
