@@ -10,13 +10,17 @@
 # Libraries:
 #   libpa_mock.so  the mock NPU device (kernel/mock and the contract checker kernel/contract, gcc, portable
 #                  flags; SIMD paths are chosen at run time)
-#   libpa_sim.so   our NPU kernel under pto-isa's CPU simulation (kernel/npu/build_sim.sh, when present)
+#   libpa_sim.so   the `sim` backend: our NPU kernel's A2/A3 code path (pto-isa's A2/A3 implementations) on the
+#                  intrinsic emulator, clusters scheduled from a seed (kernel/npu/devsim, built by build_emu.sh)
+#   libpa_sim_cpu.so  the same kernel on pto-isa's CPU implementations (kernel/npu/build_sim.sh): the oracle of
+#                  differential tests and the timing model's instruction trace, never the `sim` backend
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
 #   libpa_plan.so  the planner's balancer placement in C (tiling/csrc/pa_balance.c; optional, numpy fallback)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
 #                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
 #   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
-#                 the coverage list and the differential harnesses against pto-isa's CPU implementations)
+#                 the coverage list, the differential harnesses against pto-isa's CPU implementations, and
+#                 libpa_sim.so)
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
@@ -98,13 +102,13 @@ build_mock() {
 build_sim() {
     local script="$ROOT/kernel/npu/build_sim.sh"
     if [[ ! -f "$script" ]]; then
-        record "NPU kernel simulation: skipped (kernel/npu/build_sim.sh not present)"
+        record "NPU kernel CPU-implementation oracle: skipped (kernel/npu/build_sim.sh not present)"
         return
     fi
     if bash "$script" "$BUILD_DIR"; then
-        record "NPU kernel simulation: kernel/npu/build_sim.sh build succeeded"
+        record "NPU kernel CPU-implementation oracle: built build/lib/libpa_sim_cpu.so"
     else
-        record "NPU kernel simulation: FAILED (kernel/npu/build_sim.sh build exited $?)"
+        record "NPU kernel CPU-implementation oracle: FAILED (kernel/npu/build_sim.sh build exited $?)"
         STATUS=1
     fi
 }
@@ -141,7 +145,7 @@ build_emu() {
     elif printf '%s\n' "$out" | grep -q "skipped"; then
         record "A2/A3 intrinsic emulator: $(printf '%s\n' "$out" | tail -n 1 | sed 's/^\[build_emu\] //')"
     else
-        record "A2/A3 intrinsic emulator: built (build/lib/libpa_emu.so, kernel objects, differential harnesses)"
+        record "A2/A3 intrinsic emulator and device-path sim: built (build/lib/libpa_emu.so, libpa_sim.so, differential harnesses)"
     fi
 }
 

@@ -157,7 +157,8 @@ class SimBackend(MockBackend):
         handle.pa_sim_soc_clusters.restype = ctypes.c_int32
         clusters = int(handle.pa_sim_soc_clusters(None))
         if clusters < 1:
-            raise RuntimeError(f"{self.library.path.name} knows no SoC named by PA_SIM_SOC (expected 910B1..910B4 or A3)")
+            raise RuntimeError(f"{self.library.path.name} knows no SoC named by PA_SIM_SOC "
+                               "(expected 910B1..910B4 or A3)")
         return clusters
 
     def core_count(self, device: torch.device) -> int:

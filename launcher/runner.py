@@ -121,8 +121,8 @@ class PagedAttentionRunner:
         clusters = backend.max_clusters(capacity.device)
         if clusters is not None and self.core_count > clusters:
             raise ValueError(
-                f"core_count={self.core_count} exceeds the {clusters} AI-core clusters the {backend.name} backend's SoC "
-                f"holds at once: the split-KV combine waits at a barrier of every launched block, which never "
+                f"core_count={self.core_count} exceeds the {clusters} AI-core clusters the {backend.name} backend's "
+                f"SoC holds at once: the split-KV combine waits at a barrier of every launched block, which never "
                 f"completes while excess blocks wait for a free cluster; pass core_count <= {clusters}")
         self._stream, self._stream_handle = backend.resolve_stream(stream)
         self._device = DeviceState(capacity, backend, self._stream, core_count=self.core_count,

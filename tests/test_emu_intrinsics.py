@@ -345,7 +345,7 @@ def test_flags_barriers_and_deadlocks() -> None:
     with pytest.raises(EmuFaultError, match=r"wait_flag .* DEADLOCK: waits for flag MTE2->V"):
         core.call("wait_flag", PIPE["MTE2"], PIPE["V"], 3)
     core.call("set_flag", PIPE["V"], PIPE["MTE3"], 0)
-    with pytest.raises(EmuFaultError, match="HAZARD: flag .* set twice without a wait"):
+    with pytest.raises(EmuFaultError, match=r"HAZARD: flag .* set twice without a wait"):
         core.call("set_flag", PIPE["V"], PIPE["MTE3"], 0)
     with pytest.raises(EmuFaultError, match="event = 8"):
         core.call("set_flag", PIPE["V"], PIPE["MTE3"], 8)

@@ -116,7 +116,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         tiling[words] = tiling[words][::-1].copy()
     if case.get("bad_gather") and batch > 1:
         tiling[abi.batch_word(0, abi.BatchField.GATHER)] = tiling[abi.batch_word(1, abi.BatchField.GATHER)]
-    lib = load_library(LIB_CPU if case.get("library") == "cpu" else LIB).handle  # declares the signatures and checks the struct mirrors against the library
+    # load_library declares the signatures and checks the struct mirrors against the library
+    lib = load_library(LIB_CPU if case.get("library") == "cpu" else LIB).handle
     cfg = MockConfig()
     ptrs: list[ctypes.c_void_p] = [ctypes.c_void_p(None)] * abi.NUM_PTR_ARGS
     for slot, arr in bufs.items():
