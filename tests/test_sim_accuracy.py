@@ -1,8 +1,8 @@
-"""The accuracy suite on the pto-isa simulation of our NPU kernel, one case per test, each in a child process.
+"""The accuracy suite on the `sim` backend (our NPU kernel's A2/A3 code on the intrinsic emulator), one case per
+test, each in a child process with fresh seeds (a failure names its ``PA_SIM_SEED``).
 
-pto-isa's CPU simulation aborts the process when a tile overflows an on-chip buffer; each case therefore
-runs in its own child (:mod:`accuracy.isolated`), so an abort fails that case, by name, and the others still
-report.  The suite's other sim tests (thread determinism, a decode loop with ``update``, the contract's
+Each case runs in its own child (:mod:`accuracy.isolated`), so a crash fails that case, by name, and the others
+still report.  The suite's other sim tests (thread determinism, a decode loop with ``update``, the contract's
 negative controls through the launcher) run in one more child pytest run, with the cases deselected.
 
 Without ``build/lib/libpa_sim.so`` the tests skip, unless ``PA_KIT_REQUIRE_SIM=1`` (set by ``.ci/run``),
