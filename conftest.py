@@ -23,6 +23,14 @@ BACKEND_CHOICES = ("mock", "sim", "npu")
 BACKEND_DEVICES = {"mock": "cpu", "sim": "cpu", "npu": "npu"}
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which seeds the device-path simulation's launches use: replay a failure with the PA_SIM_SEED it names."""
+    seed = os.environ.get("PA_SIM_SEED")
+    if seed:
+        return f"sim: every launch with PA_SIM_SEED={seed}"
+    return "sim: a fresh seed per launch (each failure names its PA_SIM_SEED; set it to replay)"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend", action="store", default="mock", choices=BACKEND_CHOICES,
