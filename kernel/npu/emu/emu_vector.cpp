@@ -11,6 +11,7 @@
  * exact for add, sub, mul, div and max because fp32 carries more than 2 x 11 + 2 bits, so the double rounding
  * is innocuous - and saturated while CTRL[48] = 0 (inf -> +-65504, NaN -> 0).
  */
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -358,34 +359,28 @@ void vcadd(float *dst, float *src, u8f repeat, u16f dstRepeatStride, u16f srcBlo
 void vbrcb(uint32_t *dst, uint32_t *src, u16f db, u16f dr, u8f repeat) { Brcb("vbrcb", dst, src, db, dr, repeat); }
 void vbrcb(float *dst, float *src, u16f db, u16f dr, u8f repeat) { Brcb("vbrcb", dst, src, db, dr, repeat); }
 
-void vector_dup(float *dst, float scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
+/* Every form writes the scalar's bits; the lane width is the bits' width. */
+template <typename Bits, typename T>
+void DupForm(T *dst, T scalar, const u8f &repeat, const u16f &db, const u8f &dr)
 {
-    (void)sb, (void)sr;
-    uint32_t bits;
-    std::memcpy(&bits, &scalar, 4);
-    Dup("vector_dup", dst, bits, repeat, db, dr);
+    Dup("vector_dup", dst, std::bit_cast<Bits>(scalar), repeat, db, dr);
 }
 
-void vector_dup(_Float16 *dst, _Float16 scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
+void vector_dup(float *dst, float scalar, u8f repeat, u16f db, u16f, u8f dr, u8f)
 {
-    (void)sb, (void)sr;
-    uint16_t bits;
-    std::memcpy(&bits, &scalar, 2);
-    Dup("vector_dup", dst, bits, repeat, db, dr);
+    DupForm<uint32_t>(dst, scalar, repeat, db, dr);
 }
-
-void vector_dup(bf16_t *dst, bf16_t scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
+void vector_dup(_Float16 *dst, _Float16 scalar, u8f repeat, u16f db, u16f, u8f dr, u8f)
 {
-    (void)sb, (void)sr;
-    uint16_t bits;
-    std::memcpy(&bits, &scalar, 2);
-    Dup("vector_dup", dst, bits, repeat, db, dr);
+    DupForm<uint16_t>(dst, scalar, repeat, db, dr);
 }
-
-void vector_dup(uint16_t *dst, uint16_t scalar, u8f repeat, u16f db, u16f sb, u8f dr, u8f sr)
+void vector_dup(bf16_t *dst, bf16_t scalar, u8f repeat, u16f db, u16f, u8f dr, u8f)
 {
-    (void)sb, (void)sr;
-    Dup("vector_dup", dst, scalar, repeat, db, dr);
+    DupForm<uint16_t>(dst, scalar, repeat, db, dr);
+}
+void vector_dup(uint16_t *dst, uint16_t scalar, u8f repeat, u16f db, u16f, u8f dr, u8f)
+{
+    DupForm<uint16_t>(dst, scalar, repeat, db, dr);
 }
 
 void vconv_f322f16r(_Float16 *d, float *s, u8f rep, u16f db, u16f sb, u8f dr, u8f sr)
