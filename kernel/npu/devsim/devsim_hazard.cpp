@@ -13,11 +13,6 @@ using emu::Space;
 
 namespace {
 constexpr int kS = int(Pipe::S), kV = int(Pipe::V);
-
-void Join(Clock &into, const Clock &from)
-{
-    for (size_t i = 0; i < into.size(); ++i) into[i] = std::max(into[i], from[i]);
-}
 }  // namespace
 
 void Hazards::Init(uint32_t cores, std::vector<std::string> labels)

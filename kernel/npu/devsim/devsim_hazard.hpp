@@ -34,6 +34,13 @@ namespace pa::devsim {
 using Clock = std::vector<uint32_t>;
 inline constexpr int kPipes = 7; /* emu::Pipe S..FIX; ALL is not an agent */
 
+/* into = max(into, from) element-wise; `into` grows to `from`'s size (an empty clock is the zero clock). */
+inline void Join(Clock &into, const Clock &from)
+{
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (size_t i = 0; i < from.size(); ++i) into[i] = into[i] > from[i] ? into[i] : from[i];
+}
+
 struct WorkItem {
     int32_t seq = -1, head = -1, split = -1, unit = -1;
 };

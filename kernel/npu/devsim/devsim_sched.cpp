@@ -47,7 +47,6 @@ struct Run {
     uint32_t allVecArrivals[emu::kCrossFlags] = {};
     Clock allVecClock[emu::kCrossFlags];
     Hazards hazards;
-    bool checked = false;
     int64_t messages = 0;
 
     Run(const LaunchConfig &c, const emu::SocSpec &s) : cfg(c), soc(s), rng(c.seed) {}
@@ -143,7 +142,7 @@ void Deliver(Run &r, Agent &from, const emu::Issue &issue)
 {
     const int mode = int((issue.config >> 4) & 0xf), flag = int((issue.config >> 8) & 0xf);
     if (r.messages++ == r.cfg.dropSignal) return; /* the fault injection of the deadlock negative control */
-    Clock clock = r.checked ? r.hazards.Snapshot(from.index, issue.pipe) : Clock{};
+    Clock clock = r.cfg.checked ? r.hazards.Snapshot(from.index, issue.pipe) : Clock{};
     const uint32_t base = from.block * kRoles;
     if (mode == 2 && from.role == 0) {
         Raise(*r.agents[base + 1], flag, clock);
@@ -154,15 +153,14 @@ void Deliver(Run &r, Agent &from, const emu::Issue &issue)
         mine.push_back(std::move(clock));
         if (!other.empty()) {
             Clock both = mine.front();
-            for (size_t i = 0; i < both.size(); ++i) both[i] = std::max(both[i], other.front()[i]);
+            Join(both, other.front());
             mine.pop_front();
             other.pop_front();
             Raise(*r.agents[base], flag, std::move(both));
         }
     } else if (mode == 0 && from.role != 0) {
         Clock &join = r.allVecClock[flag];
-        if (join.size() < clock.size()) join.resize(clock.size(), 0);
-        for (size_t i = 0; i < clock.size(); ++i) join[i] = std::max(join[i], clock[i]);
+        Join(join, clock);
         if (++r.allVecArrivals[flag] == 2 * r.cfg.blockDim) {
             for (const auto &a : r.agents) {
                 if (a->role != 0) Raise(*a, flag, join);
@@ -204,7 +202,7 @@ void OnIssue(const emu::Issue &issue)
     Agent &a = *t_agent;
     Run &r = *g_run;
     CountFigures(a, issue, r.cfg);
-    if (issue.kind == Kind::CrossWait && r.checked) {
+    if (issue.kind == Kind::CrossWait && r.cfg.checked) {
         std::deque<Clock> &q = a.delivered[issue.event];
         if (!q.empty()) {
             r.hazards.JoinAll(a.index, q.front());
@@ -213,7 +211,7 @@ void OnIssue(const emu::Issue &issue)
     } else if (issue.kind == Kind::CrossWait) {
         a.delivered[issue.event].clear();
     }
-    if (r.checked) r.hazards.OnIssue(a.index, issue, a.item);
+    if (r.cfg.checked) r.hazards.OnIssue(a.index, issue, a.item);
     std::unique_lock<std::mutex> lock(r.mu);
     if (issue.kind == Kind::CrossSet) Deliver(r, a, issue);
     const bool cross = issue.kind == Kind::CrossSet || issue.kind == Kind::CrossWait;
@@ -242,7 +240,7 @@ void CoreThread(Run &r, Agent &a)
             if (r.aborted) throw Aborted{};
         }
         r.cfg.body(a.block, a.role);
-        if (r.checked) r.hazards.Finish(a.index, a.core);
+        if (r.cfg.checked) r.hazards.Finish(a.index, a.core);
         std::unique_lock<std::mutex> lock(r.mu);
         a.state = State::Done;
         const uint32_t base = a.block * kRoles;
@@ -284,7 +282,6 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
     std::lock_guard<std::mutex> serial(g_launchMutex);
     const emu::SocSpec &soc = emu::Soc(cfg.soc);
     Run r(cfg, soc);
-    r.checked = cfg.checked;
     const uint32_t cores = cfg.blockDim * kRoles;
     std::vector<std::string> labels;
     for (uint32_t b = 0; b < cfg.blockDim; ++b) {
@@ -300,7 +297,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
             r.agents.push_back(std::move(a));
         }
     }
-    if (r.checked) {
+    if (r.cfg.checked) {
         r.hazards.Init(cores, labels);
         for (const auto &[range, name] : cfg.watched) r.hazards.WatchGm(range.first, range.second, name);
     }
