@@ -1,9 +1,11 @@
 """The simulation's hazard checker against real races: every sync edge of the kernel is load-bearing, wrong
 meanings are caught, and a library of small racy kernels fails while their fixed twins pass.
 
-The simulation runs each core's instructions one after another, so a kernel with a missing flag still
-computes right there; only the hazard checker (checked mode) can see that the device's concurrent pipes
-would race.  These are its negative controls:
+On the device path each core's pipes retire out of program order as far as the flags permit
+(``kernel/npu/emu/emu_pipes.cpp``), so a missing flag usually corrupts the output even without the checker
+(``test_missing_flags_corrupt_data_without_the_checker``); the hazard checker (checked mode) sees every one,
+also those a given schedule happens to survive and the V-pipe barriers, whose pipe the emulator executes in
+order.  These are its negative controls:
 
 * drop each synchronisation edge in turn (``pa_sim_drop_sync``) on a small set of varied cases (fp16/bf16,
   head_dim 64/128/256, BN and split-KV with the combine, tails that are not a multiple of 16, a core that
@@ -177,9 +179,38 @@ def child_padding(library: str) -> dict[str, Any]:
     return results
 
 
-def run_child(*args: str) -> Any:
+#: Pinned seeds of the unchecked sweep: a negative control must not depend on a lucky schedule.
+UNCHECKED_SEEDS = (1, 2, 3)
+
+
+def child_unchecked() -> dict[str, Any]:
+    """Each intra-core edge that is not a V barrier dropped, the checker off: the first seed and case whose output is
+    wrong or whose launch faults, or None when every one matched the golden."""
+    lib = _lib()
+    lib.pa_sim_set_seed.argtypes = [ctypes.c_int64]
+    shown: dict[str, Any] = {}
+    for e, name in enumerate(edge_names()):
+        if name in DEVICE_PATH_REDUNDANT or name.startswith("kEdgeBar"):
+            continue
+        lib.pa_sim_drop_sync(e)
+        shown[name] = None
+        for seed in UNCHECKED_SEEDS:
+            lib.pa_sim_set_seed(seed)
+            for i, case in enumerate(DROP_CASES):
+                out = _outcome(run_case({**case, "unchecked": True}))
+                if out["rc"] != 0 or not out["passed"]:
+                    shown[name] = {"seed": seed, "case": i, "rc": out["rc"], "message": out["message"][:200]}
+                    break
+            if shown[name] is not None:
+                break
+    lib.pa_sim_drop_sync(-1)
+    lib.pa_sim_set_seed(-1)
+    return shown
+
+
+def run_child(*args: str, env: dict[str, str] | None = None) -> Any:
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT_S, check=False, env=dict(os.environ))
+                          timeout=CHILD_TIMEOUT_S, check=False, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, f"simulation child failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -258,6 +289,33 @@ def test_mutated_sync_meanings_are_hazards() -> None:
     assert not missed, f"mutations the checker did not report as HAZARD: {missed}"
 
 
+def _is_data_edge(name: str) -> bool:
+    """A read-after-write edge (the consumer reads what the producer wrote), as opposed to a buffer's release."""
+    return "Free" not in name
+
+
+@needs_sim
+def test_missing_flags_corrupt_data_without_the_checker() -> None:
+    """With the pipes retiring out of order, dropping a read-after-write edge gives a wrong output or a fault with
+    the checker off, as it would on a device; a buffer release (the writer must lag the reader) shows on most."""
+    shown = run_child("unchecked")
+    survived = sorted(name for name, out in shown.items() if out is None)
+    data = [name for name in shown if _is_data_edge(name)]
+    assert data and not [n for n in survived if _is_data_edge(n)], f"data edges the output survives: {survived}"
+    releases = [name for name in shown if not _is_data_edge(name)]
+    assert len(survived) * 4 <= len(releases), f"buffer releases the output survives: {survived} of {releases}"
+
+
+@needs_sim
+def test_program_order_hides_missing_flags() -> None:
+    """The contrast: with every instruction retired at issue (PA_SIM_IN_FLIGHT=0) most dropped data edges go
+    unseen without the checker; the reordering is what shows them."""
+    shown = run_child("unchecked", env={"PA_SIM_IN_FLIGHT": "0"})
+    data = [name for name in shown if _is_data_edge(name)]
+    survived = [name for name in data if shown[name] is None]
+    assert len(survived) * 2 >= len(data), f"only {survived} of {data} survive in program order"
+
+
 @needs_cpu_sim
 def test_race_library_has_at_least_ten_kernels() -> None:
     assert len(races()) >= 10
@@ -301,6 +359,8 @@ if __name__ == "__main__":
         print(json.dumps(child_mutations([tuple(m) for m in json.loads(sys.argv[2])])))
     elif mode == "padding":
         print(json.dumps(child_padding(sys.argv[2])))
+    elif mode == "unchecked":
+        print(json.dumps(child_unchecked()))
     elif mode == "races":
         print(json.dumps(child_races()))
     else:

@@ -123,7 +123,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     for slot, arr in bufs.items():
         ptrs[int(slot)] = ctypes.c_void_p(arr.ctypes.data)
         cfg.extent_bytes[int(slot)] = arr.nbytes
-    cfg.num_blocks, cfg.checked = num_blocks, 1
+    cfg.num_blocks, cfg.checked = num_blocks, 0 if case.get("unchecked") else 1
     if not case.get("unbound"):
         lib.pa_mock_bind(ctypes.byref(cfg))
     rc = lib.call_kernel(ctypes.c_uint32(plan.block_dim), None, *ptrs)

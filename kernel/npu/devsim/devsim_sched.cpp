@@ -22,6 +22,7 @@ struct Agent {
     State state = State::Pending;
     int waitFlag = -1;
     std::deque<Clock> delivered[emu::kCrossFlags]; /* the clocks of the sets a wait will consume */
+    std::deque<Clock> leaving[emu::kPipes];        /* per pipe: issued cross-core sets' clocks, until they retire */
     WorkItem item;
     Figures figures;
     std::condition_variable turn; /* notified when the baton comes to this core (or the launch aborts) */
@@ -137,12 +138,12 @@ void Raise(Agent &to, int flag, Clock clock)
     }
 }
 
-/* An FFTS message from the current core: mode bits 4-7, flag bits 8-11. */
-void Deliver(Run &r, Agent &from, const emu::Issue &issue)
+/* An FFTS message from the current core, as its pipe retires it: mode bits 4-7, flag bits 8-11.  `clock` is
+ * the sending pipe's clock when the set was issued. */
+void Deliver(Run &r, Agent &from, const emu::Issue &issue, Clock clock)
 {
     const int mode = int((issue.config >> 4) & 0xf), flag = int((issue.config >> 8) & 0xf);
     if (r.messages++ == r.cfg.dropSignal) return; /* the fault injection of the deadlock negative control */
-    Clock clock = r.cfg.checked ? r.hazards.Snapshot(from.index, issue.pipe) : Clock{};
     const uint32_t base = from.block * kRoles;
     if (mode == 2 && from.role == 0) {
         Raise(*r.agents[base + 1], flag, clock);
@@ -212,10 +213,24 @@ void OnIssue(const emu::Issue &issue)
         a.delivered[issue.event].clear();
     }
     if (r.cfg.checked) r.hazards.OnIssue(a.index, issue, a.item);
+    if (issue.kind == Kind::CrossSet) {
+        a.leaving[int(issue.pipe)].push_back(r.cfg.checked ? r.hazards.Snapshot(a.index, issue.pipe) : Clock{});
+    }
     std::unique_lock<std::mutex> lock(r.mu);
-    if (issue.kind == Kind::CrossSet) Deliver(r, a, issue);
-    const bool cross = issue.kind == Kind::CrossSet || issue.kind == Kind::CrossWait;
-    if (cross || r.rng() % r.cfg.switchEvery == 0) PassLocked(r, lock, &a);
+    if (issue.kind == Kind::CrossWait || r.rng() % r.cfg.switchEvery == 0) PassLocked(r, lock, &a);
+}
+
+/* A cross-core set retired on its pipe: the message reaches its receivers, who may now run. */
+void OnCrossSetRetired(const emu::Issue &issue)
+{
+    Agent &a = *t_agent;
+    Run &r = *g_run;
+    std::deque<Clock> &leaving = a.leaving[int(issue.pipe)];
+    Clock clock = std::move(leaving.front());
+    leaving.pop_front();
+    std::unique_lock<std::mutex> lock(r.mu);
+    Deliver(r, a, issue, std::move(clock));
+    PassLocked(r, lock, &a);
 }
 
 bool OnCrossWait(int flag)
@@ -240,6 +255,7 @@ void CoreThread(Run &r, Agent &a)
             if (r.aborted) throw Aborted{};
         }
         r.cfg.body(a.block, a.role);
+        emu::Drain(); /* the pipes finish what the scalar unit issued before the core ends */
         if (r.cfg.checked) r.hazards.Finish(a.index, a.core);
         std::unique_lock<std::mutex> lock(r.mu);
         a.state = State::Done;
@@ -293,6 +309,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
             a->core = emu::MakeCore(soc, role == 0 ? emu::CoreKind::Cube : emu::CoreKind::Vector, int(b), role == 0 ? 0 : role - 1,
                                     cfg.seed);
             emu::RandomiseModeState(a->core, cfg.seed * 1315423911ull + a->index);
+            emu::SetPipeReorder(a->core, cfg.inFlight, cfg.seed * 2654435761ull + a->index);
             labels.push_back(Label(b, role));
             r.agents.push_back(std::move(a));
         }
@@ -312,6 +329,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
     g_run = &r;
     emu::SetIssueHook(OnIssue);
     emu::SetCrossWaitHook(OnCrossWait);
+    emu::SetCrossSetHook(OnCrossSetRetired);
 
     std::vector<std::thread> threads;
     threads.reserve(cores);
@@ -324,6 +342,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
 
     emu::SetIssueHook(nullptr);
     emu::SetCrossWaitHook(nullptr);
+    emu::SetCrossSetHook(nullptr);
     emu::ClearGm();
     g_run = nullptr;
     figures = Figures{};

@@ -2,7 +2,8 @@
  * The device-path simulation's scheduler: one launch of the kernel on emulated A2/A3 clusters.
  *
  * Each block is a cluster of one cube core and two vector cores, each an emulated core (pa::emu::Core) run by
- * its own host thread; one baton lets exactly one of them execute at a time, so a launch is a function of its
+ * its own host thread, whose pipes retire its instructions out of program order as far as its flags permit
+ * (emu_pipes.cpp, up to `inFlight` queued); one baton lets exactly one of them execute at a time, so a launch is a function of its
  * seed.  The baton passes, to a core picked by the seeded generator among those that can run, at every
  * cross-core set and wait and at random intrinsics (on average every `switchEvery`); a replay with the same seed
  * (PA_SIM_SEED) repeats the launch exactly.
@@ -51,6 +52,7 @@ struct LaunchConfig {
     const char *soc = "910B2";
     uint64_t seed = 1;
     uint32_t switchEvery = 16;
+    uint32_t inFlight = 256;                               /* per core: instructions queued in its pipes (0: program order) */
     bool checked = true;                                   /* hazard checker on */
     int64_t dropSignal = -1;                               /* fault injection: the n-th FFTS message is lost */
     std::vector<std::pair<uint64_t, uint64_t>> gmBuffers;  /* every registered argument range */

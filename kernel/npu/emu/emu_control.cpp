@@ -2,10 +2,12 @@
  * Control intrinsics: vector mask and its mode, CTRL, intra-core flags and barriers, cross-core counters,
  * core ids; plus the field check every intrinsic's Field<T> arguments go through.
  *
- * Flags execute in program order here (one instruction stream per core): a set of a (src, dst, event) bit
- * already set is a fault (the device leaves it undefined and a later PIPE_ALL barrier hangs), and a wait on
- * a bit nobody set is a deadlock in program order, also a fault.  A cross-core wait on a zero counter asks
- * the scheduler hook (a simulation that runs the other cores) and faults as a deadlock when there is none.
+ * Flags are checked in program order at issue (one instruction stream per core): a set of a (src, dst, event)
+ * bit already set is a fault (the device leaves it undefined and a later PIPE_ALL barrier hangs), and a wait on
+ * a bit nobody set is a deadlock in program order, also a fault.  Their pipe halves then go to the pipes
+ * (emu_pipes.cpp), which retire them as the device would.  A cross-core wait that finds its counter at 0 first
+ * lets the core's queued cross-core sets leave (the pipes keep running while the scalar unit waits) and then on a zero counter, asks the scheduler hook (a simulation that runs the other
+ * cores); it faults as a deadlock when there is none.
  */
 #include <string>
 
@@ -109,6 +111,7 @@ void pipe_barrier(int pipe)
     Issue issue{"pipe_barrier", p, {}};
     issue.kind = Kind::Barrier;
     Report(issue);
+    if (p == Pipe::ALL) Drain(); /* one pipe retires in order: its own barrier needs nothing more here */
 }
 
 void set_flag(int srcPipe, int dstPipe, int event)
@@ -123,6 +126,7 @@ void set_flag(int srcPipe, int dstPipe, int event)
     }
     bit = 1;
     Report({"set_flag", src, {}, Kind::SetFlag, src, dst, event});
+    Dispatch(src, {Kind::SetFlag, src, dst, event, {}});
 }
 
 void wait_flag(int srcPipe, int dstPipe, int event)
@@ -137,6 +141,11 @@ void wait_flag(int srcPipe, int dstPipe, int event)
     }
     bit = 0;
     Report({"wait_flag", dst, {}, Kind::WaitFlag, src, dst, event});
+    if (dst == Pipe::S) {
+        RetireUntilLanded(src, dst, event); /* the scalar unit stalls until the set retires */
+    } else {
+        Dispatch(dst, {Kind::WaitFlag, src, dst, event, {}});
+    }
 }
 
 void ffts_cross_core_sync(int pipe, uint64_t config)
@@ -147,15 +156,18 @@ void ffts_cross_core_sync(int pipe, uint64_t config)
     }
     CheckField("ffts_cross_core_sync", p, "config", config, 16);
     if ((config & 1) == 0) Raise("ffts_cross_core_sync", p, "config", config, "bit 0 (valid) is clear");
-    Report({"ffts_cross_core_sync", p, {}, Kind::CrossSet, p, p, int((config >> 8) & 0xf), config});
-    /* The counters of the receiving cores are the scheduler's (a simulation of several cores); alone, the
-     * message is recorded by the issue hook only. */
+    const Issue issue{"ffts_cross_core_sync", p, {}, Kind::CrossSet, p, p, int((config >> 8) & 0xf), config};
+    Report(issue);
+    /* The message leaves when the pipe retires it; the counters of the receiving cores are the scheduler's (a
+     * simulation of several cores, CrossSetHook); alone, it is recorded by the issue hook only. */
+    Dispatch(p, {Kind::CrossSet, p, p, issue.event, [issue] { CrossSetRetired(issue); }});
 }
 
 void wait_flag_dev(int64_t flagId)
 {
     CheckRange("wait_flag_dev", Pipe::S, "flag", uint64_t(flagId), 0, kCrossFlags - 1);
     Core &core = Current();
+    if (core.cross[flagId] == 0) SendCrossSets(); /* about to block: the pipes go on and send what is queued */
     if (core.cross[flagId] == 0 && (g_cross_wait == nullptr || !g_cross_wait(int(flagId)))) {
         Raise("wait_flag_dev", Pipe::S, "flag", uint64_t(flagId),
               "DEADLOCK: the cross-core counter is 0 and no other core can raise it");

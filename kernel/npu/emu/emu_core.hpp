@@ -19,6 +19,8 @@
 #define PA_EMU_CORE_HPP
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +49,16 @@ struct SocSpec {
 };
 const SocSpec &Soc(const char *name);
 
+/* An instruction issued to a pipe and not yet retired (emu_pipes.cpp): its operands were checked and its
+ * mode state captured at issue; `body` moves the data when the pipe retires it. */
+enum class Kind : uint8_t;
+struct Pending {
+    Kind kind;
+    Pipe src, dst;
+    int event = -1;
+    std::function<void()> body;
+};
+
 struct Core {
     CoreKind kind = CoreKind::Vector;
     int block = 0;
@@ -62,6 +74,14 @@ struct Core {
     uint8_t flag[kPipes][kPipes][kEvents] = {};
     uint8_t cross[kCrossFlags] = {};
     uint64_t ffts_base = 0;
+    /* The pipes (emu_pipes.cpp): with in_flight_max = 0 every instruction executes at issue, in program order;
+     * above 0 up to that many wait in per-pipe queues and retire in a seeded order the flags permit. */
+    std::deque<Pending> queue[kPipes];
+    uint8_t landed[kPipes][kPipes][kEvents] = {}; /* flags as the pipes retire their sets and waits */
+    uint32_t in_flight = 0, in_flight_max = 0, cross_in_flight = 0;
+    uint64_t retire_state = 0;
+    uint8_t pipe_rank[kPipes] = {};  /* which pipe runs ahead for now: reshuffled every kRankPeriod retirements */
+    uint32_t retired = 0;
 };
 
 /* A core of `kind` for `soc`, its buffers filled with a seeded hostile pattern (never zero: NaN payloads and
@@ -123,6 +143,25 @@ void AddStrided(std::vector<Access> &accesses, Space space, uint64_t start, uint
 using IssueHook = void (*)(const Issue &);
 void SetIssueHook(IssueHook hook);
 void Report(const Issue &issue);
+
+/* The pipes of the current core (emu_pipes.cpp).  Execute reports `issue` (program order: what the hazard
+ * checker reads) and hands `body` to the issue's pipe; the other entries are the flag and cross-core
+ * instructions' pipe halves.  Drain retires everything queued (PIPE_ALL barrier, kernel end); SendCrossSets
+ * retires until no cross-core set is queued (before a cross-core wait blocks the scalar unit: the pipes go on
+ * on the device, and another core may be waiting for this one's message); RetireUntilLanded retires until a
+ * flag to the scalar unit lands (wait_flag(x, S)). */
+void Execute(const Issue &issue, std::function<void()> body);
+void Dispatch(Pipe pipe, Pending entry);
+void Drain();
+void SendCrossSets();
+void RetireUntilLanded(Pipe src, Pipe dst, int event);
+/* Up to `inFlightMax` instructions of `core` wait in its pipes, retired in the order `seed` picks among those
+ * the flags permit (0: program order, the emulator's default). */
+void SetPipeReorder(Core &core, uint32_t inFlightMax, uint64_t seed);
+/* Called when a pipe retires an ffts_cross_core_sync (the message leaves the core): a scheduler's delivery. */
+using CrossSetHook = void (*)(const Issue &);
+void SetCrossSetHook(CrossSetHook hook);
+void CrossSetRetired(const Issue &issue);
 
 /* Who may raise a cross-core counter a wait finds at 0: a scheduler running the other cores returns true
  * once it has (the wait then proceeds); without one such a wait is a deadlock. */

@@ -69,18 +69,19 @@ void Img2col(const char *name, Space target, void *dst, void *src, const u16f &k
     const uint64_t dstBytes = mExt * kExt * 2;
     const uint8_t *in = OnChip(Space::L1, src, srcBytes, 32, name, Pipe::MTE1, "src");
     uint8_t *out = OnChip(target, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
-    for (uint64_t m = 0; m < mExt; ++m) {
-        for (uint64_t k = 0; k < kExt; ++k) {
-            const uint64_t p = mStart + m, c = kStart + k;
-            const uint64_t from = ((c / 16) * pixels + p) * 16 + c % 16;
-            const uint64_t inner = useB ? (k % 16) * 16 + m % 16 : (m % 16) * 16 + k % 16;
-            const uint64_t to = (m / 16) * kExt * 16 + (k / 16) * 256 + inner;
-            std::memcpy(out + to * 2, in + from * 2, 2);
-        }
-    }
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({target, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
-    Report({name, Pipe::MTE1, acc});
+    Execute({name, Pipe::MTE1, acc}, [=] {
+        for (uint64_t m = 0; m < mExt; ++m) {
+            for (uint64_t k = 0; k < kExt; ++k) {
+                const uint64_t p = mStart + m, c = kStart + k;
+                const uint64_t from = ((c / 16) * pixels + p) * 16 + c % 16;
+                const uint64_t inner = useB ? (k % 16) * 16 + m % 16 : (m % 16) * 16 + k % 16;
+                const uint64_t to = (m / 16) * kExt * 16 + (k / 16) * 256 + inner;
+                std::memcpy(out + to * 2, in + from * 2, 2);
+            }
+        }
+    });
 }
 
 template <typename In>
@@ -115,23 +116,25 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
     const In *A = reinterpret_cast<const In *>(OnChip(Space::L0A, a, mp * kp * 2, kFractal, name, Pipe::M, "a"));
     const In *B = reinterpret_cast<const In *>(OnChip(Space::L0B, b, kp * np * 2, kFractal, name, Pipe::M, "b"));
     float *C = reinterpret_cast<float *>(OnChip(Space::L0C, c, mp * np * 4, 64, name, Pipe::M, "c"));
-    for (uint64_t i = 0; i < m; ++i) {
-        for (uint64_t j = 0; j < n; ++j) {
-            float sum = 0.0f;
-            for (uint64_t l = 0; l < k; ++l) {  /* valid k only: the padding of a fractal is ignored */
-                const float x = Element(A, (i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16);
-                const float y = Element(B, (l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16);
-                sum += x * y;
+    auto multiply = [=] {
+        for (uint64_t i = 0; i < m; ++i) {
+            for (uint64_t j = 0; j < n; ++j) {
+                float sum = 0.0f;
+                for (uint64_t l = 0; l < k; ++l) {  /* valid k only: the padding of a fractal is ignored */
+                    const float x = Element(A, (i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16);
+                    const float y = Element(B, (l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16);
+                    sum += x * y;
+                }
+                float &out = C[(j / 16) * mp * 16 + i * 16 + j % 16];
+                out = init ? sum : out + sum;
             }
-            float &out = C[(j / 16) * mp * 16 + i * 16 + j % 16];
-            out = init ? sum : out + sum;
         }
-    }
+    };
     acc.push_back({Space::L0A, OnChipOffset(a, name, Pipe::M, "a"), mp * kp * 2, false});
     acc.push_back({Space::L0B, OnChipOffset(b, name, Pipe::M, "b"), kp * np * 2, false});
     if (!init) acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, false});
     acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, true});
-    Report({name, Pipe::M, acc});
+    Execute({name, Pipe::M, acc}, multiply);
 }
 
 }  // namespace
@@ -185,12 +188,13 @@ void load_cbuf_to_cb(void *dst, void *src, u16f baseIdxF, u8f repeatF, u16f srcS
     const uint64_t dstBytes = ((repeat - 1) * (gap + 1) + 1) * kFractal;
     const uint8_t *in = OnChip(Space::L1, src, srcBytes, 32, name, Pipe::MTE1, "src");
     uint8_t *out = OnChip(Space::L0B, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
-    for (uint64_t r = 0; r < repeat; ++r) {
-        std::memcpy(out + r * (gap + 1) * kFractal, in + (base + r * stride) * kFractal, kFractal);
-    }
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({Space::L0B, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
-    Report({name, Pipe::MTE1, acc});
+    Execute({name, Pipe::MTE1, acc}, [=] {
+        for (uint64_t r = 0; r < repeat; ++r) {
+            std::memcpy(out + r * (gap + 1) * kFractal, in + (base + r * stride) * kFractal, kFractal);
+        }
+    });
 }
 
 void mad(float *c, _Float16 *a, _Float16 *b, u16f m, u16f k, u16f n, u8f unitFlag, bool kAlign, bool source,
@@ -246,20 +250,22 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     const float *in = reinterpret_cast<const float *>(OnChip(Space::L0C, src, srcBytes, 64, name, Pipe::FIX, "src"));
     uint8_t *out = Gm(dst, dstBytes, name, Pipe::FIX, "dst");
     const bool saturate = ((core.ctrl >> 48) & 1) == 0;
-    for (uint64_t j = 0; j < mSize; ++j) {
-        for (uint64_t col = 0; col < nSize; ++col) {
-            const float x = in[(col / 16) * srcStride * 16 + j * 16 + col % 16];
-            uint8_t *to = out + (j * dstStride + col) * outBytes;
-            if (quant == 0) {
-                std::memcpy(to, &x, 4);
-            } else {
-                const uint16_t h = quant == 1 ? F16FromF32(x, Round::Rint, saturate) : Bf16FromF32(x, Round::Rint, saturate);
-                std::memcpy(to, &h, 2);
-            }
-        }
-    }
     acc.push_back({Space::L0C, OnChipOffset(src, name, Pipe::FIX, "src"), srcBytes, false});
     AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), mSize, nSize * outBytes,
                dstStride * outBytes, true);
-    Report({name, Pipe::FIX, acc});
+    Execute({name, Pipe::FIX, acc}, [=] {
+        for (uint64_t j = 0; j < mSize; ++j) {
+            for (uint64_t col = 0; col < nSize; ++col) {
+                const float x = in[(col / 16) * srcStride * 16 + j * 16 + col % 16];
+                uint8_t *to = out + (j * dstStride + col) * outBytes;
+                if (quant == 0) {
+                    std::memcpy(to, &x, 4);
+                } else {
+                    const uint16_t h =
+                        quant == 1 ? F16FromF32(x, Round::Rint, saturate) : Bf16FromF32(x, Round::Rint, saturate);
+                    std::memcpy(to, &h, 2);
+                }
+            }
+        }
+    });
 }

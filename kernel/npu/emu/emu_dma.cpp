@@ -42,15 +42,16 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     const uint64_t gmBytes = (nBurst - 1) * (len + srcGap) + len;
     uint8_t *out = OnChip(Space::UB, dst, ubBytes, kBlock, name, Pipe::MTE2, "dst");
     const uint8_t *in = Gm(src, gmBytes, name, Pipe::MTE2, "src");
-    for (uint64_t i = 0; i < nBurst; ++i) {
-        uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
-        for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = kDummy[b % 4];
-        std::memcpy(burst + left, in + i * (len + srcGap), len);
-    }
     AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), nBurst, len, len + srcGap, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), nBurst, burstBlocks * kBlock,
                (burstBlocks + dstGap) * kBlock, true);
-    Report({name, Pipe::MTE2, acc});
+    Execute({name, Pipe::MTE2, acc}, [=] {
+        for (uint64_t i = 0; i < nBurst; ++i) {
+            uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
+            for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = kDummy[b % 4];
+            std::memcpy(burst + left, in + i * (len + srcGap), len);
+        }
+    });
 }
 
 void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &sid, const u16f &nBurstF,
@@ -72,13 +73,14 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     const uint64_t gmBytes = (nBurst - 1) * (len + dstGap) + len;
     const uint8_t *in = OnChip(Space::UB, src, ubBytes, kBlock, name, Pipe::MTE3, "src");
     uint8_t *out = Gm(dst, gmBytes, name, Pipe::MTE3, "dst");
-    for (uint64_t i = 0; i < nBurst; ++i) {
-        std::memcpy(out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len);
-    }
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::MTE3, "src"), nBurst, burstBlocks * kBlock,
                (burstBlocks + srcGap) * kBlock, false);
     AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), nBurst, len, len + dstGap, true);
-    Report({name, Pipe::MTE3, acc});
+    Execute({name, Pipe::MTE3, acc}, [=] {
+        for (uint64_t i = 0; i < nBurst; ++i) {
+            std::memcpy(out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len);
+        }
+    });
 }
 
 template <typename Value>
@@ -91,12 +93,13 @@ void Fill(const char *name, void *dst, int64_t config, Value value)
     std::vector<Access> acc;
     const uint64_t bytes = ((repeat - 1) * (blocks + gap) + blocks) * kBlock;
     uint8_t *out = OnChip(Space::L1, dst, bytes, kBlock, name, Pipe::MTE2, "dst");
-    for (uint64_t r = 0; r < repeat; ++r) {
-        uint8_t *run = out + r * (blocks + gap) * kBlock;
-        for (uint64_t b = 0; b < blocks * kBlock; b += sizeof(Value)) std::memcpy(run + b, &value, sizeof(Value));
-    }
     acc.push_back({Space::L1, OnChipOffset(dst, name, Pipe::MTE2, "dst"), bytes, true});
-    Report({name, Pipe::MTE2, acc});
+    Execute({name, Pipe::MTE2, acc}, [=] {
+        for (uint64_t r = 0; r < repeat; ++r) {
+            uint8_t *run = out + r * (blocks + gap) * kBlock;
+            for (uint64_t b = 0; b < blocks * kBlock; b += sizeof(Value)) std::memcpy(run + b, &value, sizeof(Value));
+        }
+    });
 }
 
 }  // namespace
@@ -132,11 +135,12 @@ void copy_ubuf_to_ubuf(void *dst, void *src, u8f sid, u16f nBurstF, u16f lenF, u
     const uint64_t srcBytes = ((n - 1) * (len + sg) + len) * kBlock, dstBytes = ((n - 1) * (len + dg) + len) * kBlock;
     const uint8_t *in = OnChip(Space::UB, src, srcBytes, kBlock, name, Pipe::V, "src");
     uint8_t *out = OnChip(Space::UB, dst, dstBytes, kBlock, name, Pipe::V, "dst");
-    for (uint64_t i = 0; i < n; ++i) std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
     std::vector<Access> acc;
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::V, "src"), n, len * kBlock, (len + sg) * kBlock, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), n, len * kBlock, (len + dg) * kBlock, true);
-    Report({name, Pipe::V, acc});
+    Execute({name, Pipe::V, acc}, [=] {
+        for (uint64_t i = 0; i < n; ++i) std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
+    });
 }
 
 /* ND -> Nz: for matrix i, row j, 32-byte block k of the row, 32 bytes at src + i x srcNdMatrixStride +
@@ -167,16 +171,18 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
     const uint64_t l1Bytes = (ndNum - 1) * dstNd * e + ((nValue - 1) * nStride + (rowBlocks - 1) * c0 + 1) * kBlock;
     const uint8_t *in = Gm(src, gmBytes, name, Pipe::MTE2, "src");
     uint8_t *out = OnChip(Space::L1, dst, l1Bytes, kBlock, name, Pipe::MTE2, "dst");
-    for (uint64_t i = 0; i < ndNum; ++i) {
-        for (uint64_t j = 0; j < nValue; ++j) {
-            for (uint64_t k = 0; k < rowBlocks; ++k) {
-                uint8_t *block = out + i * dstNd * e + (j * nStride + k * c0) * kBlock;
-                const uint64_t cols = (k + 1) * perBlock <= dValue ? perBlock : dValue - k * perBlock;
-                std::memset(block, 0, kBlock);
-                std::memcpy(block, in + (i * srcNd + j * srcD + k * perBlock) * e, cols * e);
+    auto move = [=] {
+        for (uint64_t i = 0; i < ndNum; ++i) {
+            for (uint64_t j = 0; j < nValue; ++j) {
+                for (uint64_t k = 0; k < rowBlocks; ++k) {
+                    uint8_t *block = out + i * dstNd * e + (j * nStride + k * c0) * kBlock;
+                    const uint64_t cols = (k + 1) * perBlock <= dValue ? perBlock : dValue - k * perBlock;
+                    std::memset(block, 0, kBlock);
+                    std::memcpy(block, in + (i * srcNd + j * srcD + k * perBlock) * e, cols * e);
+                }
             }
         }
-    }
+    };
     const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(src)), l1At = OnChipOffset(dst, name, Pipe::MTE2, "dst");
     for (uint64_t i = 0; i < ndNum; ++i) {
         AddStrided(acc, Space::GM, gmAt + i * srcNd * e, nValue, dValue * e, srcD * e, false);
@@ -184,7 +190,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
             AddStrided(acc, Space::L1, l1At + i * dstNd * e + k * c0 * kBlock, nValue, kBlock, nStride * kBlock, true);
         }
     }
-    Report({name, Pipe::MTE2, acc});
+    Execute({name, Pipe::MTE2, acc}, move);
 }
 
 void create_cbuf_matrix(void *dst, int64_t config, _Float16 value) { Fill("create_cbuf_matrix", dst, config, value); }

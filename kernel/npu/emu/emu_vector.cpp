@@ -122,13 +122,13 @@ float LoadF(const uint8_t *p, uint32_t bytes)
     return F32FromF16(h);
 }
 
-void StoreF(uint8_t *p, uint32_t bytes, float x)
+void StoreF(uint8_t *p, uint32_t bytes, float x, bool saturate)
 {
     if (bytes == 4) {
         std::memcpy(p, &x, 4);
         return;
     }
-    const uint16_t h = F16FromF32(x, Round::Rint, Saturating());
+    const uint16_t h = F16FromF32(x, Round::Rint, saturate);
     std::memcpy(p, &h, 2);
 }
 
@@ -147,12 +147,15 @@ void Binary(const char *name, void *dst, void *s0, void *s1, uint32_t bytes, con
     if (dstBlock == 0 && plan.iterations) Raise(name, Pipe::V, "dstBlockStride", 0, "0 is undefined for a destination");
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, dstBlock,
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    for (uint32_t r = 0; r < plan.iterations; ++r) {
-        for (uint32_t i = 0; i < lanes; ++i) {
-            if (plan.On(r, i)) StoreF(d.At(r, i), bytes, op(LoadF(a.At(r, i), bytes), LoadF(b.At(r, i), bytes)));
+    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            for (uint32_t i = 0; i < lanes; ++i) {
+                if (plan.On(r, i)) {
+                    StoreF(d.At(r, i), bytes, op(LoadF(a.At(r, i), bytes), LoadF(b.At(r, i), bytes)), saturate);
+                }
+            }
         }
-    }
-    Report({name, Pipe::V, acc});
+    });
 }
 
 template <typename Op>
@@ -166,12 +169,13 @@ void Unary(const char *name, void *dst, void *src, uint32_t bytes, const u8f &re
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    for (uint32_t r = 0; r < plan.iterations; ++r) {
-        for (uint32_t i = 0; i < lanes; ++i) {
-            if (plan.On(r, i)) StoreF(d.At(r, i), bytes, op(LoadF(s.At(r, i), bytes)));
+    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            for (uint32_t i = 0; i < lanes; ++i) {
+                if (plan.On(r, i)) StoreF(d.At(r, i), bytes, op(LoadF(s.At(r, i), bytes)), saturate);
+            }
         }
-    }
-    Report({name, Pipe::V, acc});
+    });
 }
 
 float Max(float a, float b)
@@ -192,24 +196,25 @@ void Convert(const char *name, void *dst, void *src, bool narrowing, bool bf16, 
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
     const Operand d = Bind(name, "dst", dst, dstBytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    const bool saturate = Saturating();
-    for (uint32_t r = 0; r < plan.iterations; ++r) {
-        for (uint32_t i = 0; i < lanes; ++i) {
-            if (!plan.On(r, i)) continue;
-            if (narrowing) {
-                float x;
-                std::memcpy(&x, s.At(r, i), 4);
-                const uint16_t h = bf16 ? Bf16FromF32(x, Round::Rint, saturate) : F16FromF32(x, Round::Rint, saturate);
-                std::memcpy(d.At(r, i), &h, 2);
-            } else {
-                uint16_t h;
-                std::memcpy(&h, s.At(r, i), 2);
-                const float x = bf16 ? F32FromBf16(h) : F32FromF16(h);
-                std::memcpy(d.At(r, i), &x, 4);
+    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            for (uint32_t i = 0; i < lanes; ++i) {
+                if (!plan.On(r, i)) continue;
+                if (narrowing) {
+                    float x;
+                    std::memcpy(&x, s.At(r, i), 4);
+                    const uint16_t h =
+                        bf16 ? Bf16FromF32(x, Round::Rint, saturate) : F16FromF32(x, Round::Rint, saturate);
+                    std::memcpy(d.At(r, i), &h, 2);
+                } else {
+                    uint16_t h;
+                    std::memcpy(&h, s.At(r, i), 2);
+                    const float x = bf16 ? F32FromBf16(h) : F32FromF16(h);
+                    std::memcpy(d.At(r, i), &x, 4);
+                }
             }
         }
-    }
-    Report({name, Pipe::V, acc});
+    });
 }
 
 /* vcmax / vcadd: per iteration, one value from the enabled lanes, written at dst + r x dstRepeatStride
@@ -230,29 +235,30 @@ void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u
         out = OnChip(Space::UB, dst, bytes, 4, name, Pipe::V, "dst");
         acc.push_back({Space::UB, dstStart, bytes, true});
     }
-    for (uint32_t r = 0; r < plan.iterations; ++r) {
-        float vals[lanes];
-        bool any = false;
-        for (uint32_t i = 0; i < lanes; ++i) {
-            const bool on = plan.On(r, i);
-            any |= on;
-            vals[i] = on ? LoadF(s.At(r, i), 4) : (sum ? 0.0f : -INFINITY);
-        }
-        float result;
-        if (sum) {
-            for (uint32_t width = lanes / 2; width >= 1; width /= 2) {
-                for (uint32_t i = 0; i < width; ++i) vals[i] = vals[2 * i] + vals[2 * i + 1];
-            }
-            result = vals[0];
-        } else {
-            result = -INFINITY;
+    Execute({name, Pipe::V, acc}, [=] {
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            float vals[lanes];
+            bool any = false;
             for (uint32_t i = 0; i < lanes; ++i) {
-                if (plan.On(r, i)) result = Max(result, vals[i]);
+                const bool on = plan.On(r, i);
+                any |= on;
+                vals[i] = on ? LoadF(s.At(r, i), 4) : (sum ? 0.0f : -INFINITY);
             }
+            float result;
+            if (sum) {
+                for (uint32_t width = lanes / 2; width >= 1; width /= 2) {
+                    for (uint32_t i = 0; i < width; ++i) vals[i] = vals[2 * i] + vals[2 * i + 1];
+                }
+                result = vals[0];
+            } else {
+                result = -INFINITY;
+                for (uint32_t i = 0; i < lanes; ++i) {
+                    if (plan.On(r, i)) result = Max(result, vals[i]);
+                }
+            }
+            if (any) std::memcpy(out + uint64_t(r) * dstStride * 4, &result, 4);
         }
-        if (any) std::memcpy(out + uint64_t(r) * dstStride * 4, &result, 4);
-    }
-    Report({name, Pipe::V, acc});
+    });
 }
 
 void Brcb(const char *name, void *dst, void *src, const u16f &db, const u16f &dr, const u8f &repeat)
@@ -268,15 +274,16 @@ void Brcb(const char *name, void *dst, void *src, const u16f &db, const u16f &dr
     uint8_t *out = OnChip(Space::UB, dst, dstBytes, kBlock, name, Pipe::V, "dst");
     const uint64_t s0 = OnChipOffset(src, name, Pipe::V, "src"), d0 = OnChipOffset(dst, name, Pipe::V, "dst");
     if (s0 < d0 + dstBytes && d0 < s0 + srcBytes) Raise(name, Pipe::V, "src", s0, "vbrcb source overlaps its destination");
-    for (uint32_t r = 0; r < iterations; ++r) {
-        for (uint32_t j = 0; j < 8; ++j) {
-            uint8_t *block = out + (uint64_t(r) * rep + uint64_t(j) * blk) * kBlock;
-            for (uint32_t k = 0; k < 8; ++k) std::memcpy(block + 4 * k, in + (uint64_t(r) * 8 + j) * 4, 4);
-        }
-    }
     acc.push_back({Space::UB, s0, srcBytes, false});
     acc.push_back({Space::UB, d0, dstBytes, true});
-    Report({name, Pipe::V, acc});
+    Execute({name, Pipe::V, acc}, [=] {
+        for (uint32_t r = 0; r < iterations; ++r) {
+            for (uint32_t j = 0; j < 8; ++j) {
+                uint8_t *block = out + (uint64_t(r) * rep + uint64_t(j) * blk) * kBlock;
+                for (uint32_t k = 0; k < 8; ++k) std::memcpy(block + 4 * k, in + (uint64_t(r) * 8 + j) * 4, 4);
+            }
+        }
+    });
 }
 
 template <typename Bits>
@@ -287,12 +294,13 @@ void Dup(const char *name, void *dst, Bits value, const u8f &repeat, const u16f 
     std::vector<Access> acc;
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    for (uint32_t r = 0; r < plan.iterations; ++r) {
-        for (uint32_t i = 0; i < lanes; ++i) {
-            if (plan.On(r, i)) std::memcpy(d.At(r, i), &value, bytes);
+    Execute({name, Pipe::V, acc}, [=] {
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            for (uint32_t i = 0; i < lanes; ++i) {
+                if (plan.On(r, i)) std::memcpy(d.At(r, i), &value, bytes);
+            }
         }
-    }
-    Report({name, Pipe::V, acc});
+    });
 }
 
 }  // namespace
