@@ -5,6 +5,8 @@
     python bench_pa_performance.py --shapes pr                       # the published table, cold L2, median
     python bench_pa_performance.py --shapes pr --no-flush --stat mean --warmup 5 --iters 20   # published method
     python bench_pa_performance.py --batch 8 --ctx 4096 --dtype bf16 # one shape
+    python bench_pa_performance.py --shapes features                 # spec decode; gpt-oss-20b window + sinks
+    python bench_pa_performance.py --batch 8 --ctx 4096 --q-len 2 --window-left 127 --sinks --lse   # features
     python bench_pa_performance.py --json run.json --compare base.json --tolerance 5   # regression gate
     python bench_pa_performance.py --batch-invariant                 # also time batch_invariant=True
     python bench_pa_performance.py --external simpler=/path/libpa.so # an external ATB-ABI kernel as a peer
@@ -26,7 +28,7 @@ import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from benchmark.baselines import BASELINES, TORCH_IMPLEMENTATIONS, available_npu_peers, parse_external
+from benchmark.baselines import BASELINES, NPU_IMPLEMENTATIONS, TORCH_IMPLEMENTATIONS, parse_external
 from benchmark.compare import EXIT_REFUSED, IncomparableResultsError, check_comparable, compare
 from benchmark.device import (
     BACKENDS,
@@ -38,6 +40,7 @@ from benchmark.device import (
     describe_device,
     other_processes_share,
 )
+from benchmark.npu_peers import available_npu_peers
 from benchmark.report import PA_KIT, SCHEMA_VERSION, BenchReport, read_json, render, write_json
 from benchmark.suite import Suite, SuiteOptions, measure_launch_overhead
 from benchmark.timing import STATISTICS, TimingPolicy
@@ -47,6 +50,7 @@ from workloads.shapes import (
     DEFAULT_SEED,
     DTYPES,
     HEAD_DIM,
+    MAX_Q_LEN,
     NUM_HEADS,
     NUM_KV_HEADS,
     SHAPE_SETS,
@@ -56,7 +60,8 @@ from workloads.shapes import (
 )
 
 EXIT_PA_KIT_FAILED = 3
-SINGLE_SHAPE_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "ctx", "block_size", "dtype")
+SINGLE_SHAPE_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "ctx", "block_size", "dtype", "q_len",
+                      "window_left", "sinks", "lse")
 #: Timing defaults per backend: (warm-up, min launches, max launches, budget ms per implementation and shape).
 TIMING_DEFAULTS = {"npu": (10, 20, 100, 2000.0), "mock": (2, 3, 30, 600.0), "sim": (1, 1, 3, 5000.0)}
 DEFAULT_TOLERANCE_PERCENT = 5.0
@@ -75,11 +80,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     single.add_argument("--ctx", type=int, help="context tokens of every sequence (default 2048)")
     single.add_argument("--block-size", type=int, help=f"tokens per page (default {BLOCK_SIZE})")
     single.add_argument("--dtype", choices=DTYPES, help="default fp16")
+    single.add_argument("--q-len", type=int, help=f"query tokens per sequence, counted in --ctx (speculative "
+                                                  f"decoding / MTP; 1..{MAX_Q_LEN}, default 1)")
+    single.add_argument("--window-left", type=int, help="sliding window: a token at p sees keys p-W..p "
+                                                        "(transformers' sliding_window=128 is 127; default -1: none)")
+    single.add_argument("--sinks", action="store_true", default=None, help="one sink logit per query head (gpt-oss)")
+    single.add_argument("--lse", action="store_true", default=None, help="launches also return the lse")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the inputs (default %(default)s)")
     p.add_argument("--list-shapes", action="store_true", help="print the shapes and exit")
     peers = p.add_argument_group("implementations")
-    peers.add_argument("--baselines", help=f"comma list of {', '.join(BASELINES)}, or none (default: ifa,fia "
-                                           f"where present on npu; {','.join(TORCH_IMPLEMENTATIONS)} elsewhere)")
+    peers.add_argument("--baselines", help=f"comma list of {', '.join(BASELINES)}, or none (default: "
+                                           f"{','.join(NPU_IMPLEMENTATIONS)} where present on npu; "
+                                           f"{','.join(TORCH_IMPLEMENTATIONS)} elsewhere)")
     peers.add_argument("--checked", action="store_true", help="also time pa-kit in checked mode (mock/sim)")
     peers.add_argument("--core-count", type=int, help="cube cores to plan for (default: the device's)")
     peers.add_argument("--strategy", choices=("auto", "bn", "split_kv"), default="auto")
@@ -123,7 +135,9 @@ def select_shapes(args: argparse.Namespace) -> list[BenchShape]:
         return [uniform_shape(
             args.batch or 1, args.ctx or 2048, num_heads=args.heads or NUM_HEADS,
             num_kv_heads=args.kv_heads or NUM_KV_HEADS, head_dim=args.head_dim or HEAD_DIM,
-            block_size=args.block_size or BLOCK_SIZE, dtype=args.dtype or "fp16", seed=args.seed)]
+            block_size=args.block_size or BLOCK_SIZE, dtype=args.dtype or "fp16", seed=args.seed,
+            q_len=args.q_len or 1, window_left=-1 if args.window_left is None else args.window_left,
+            sinks=bool(args.sinks), lse=bool(args.lse))]
     return shape_set(args.shapes, seed=args.seed)
 
 
@@ -141,7 +155,7 @@ def select_baselines(args: argparse.Namespace, backend: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"--baselines: unknown {', '.join(unknown)}; expected {', '.join(BASELINES)} or none")
     if backend != "npu" and set(names) - set(TORCH_IMPLEMENTATIONS):
-        raise ValueError("--baselines ifa/fia need the npu backend")
+        raise ValueError(f"--baselines {'/'.join(NPU_IMPLEMENTATIONS)} need the npu backend")
     return names
 
 
@@ -178,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes = select_shapes(args)
         if args.list_shapes:
             for s in shapes:
-                print(f"{s.shape_id}  lengths {min(s.context_lens)}..{s.max_context} "
+                features = f", {s.features_label}" if s.features else ""
+                print(f"{s.shape_id}  lengths {min(s.context_lens)}..{s.max_context}{features} "
                       f"({bytes_model.traffic(s).total_bytes / 1e6:.1f} MB)")
             return 0
         if args.trace and not args.predict:

@@ -38,7 +38,8 @@ class Bars:
 
 
 def shape_label(r: BenchRecord) -> str:
-    """Short x label: batch, heads, context (max for ragged shapes), dtype; page size and D only if unusual."""
+    """Short x label: batch, heads, context (max for ragged shapes), dtype; page size and D only if unusual; the
+    decode features last."""
     ctx = r.context_tokens_max
     ctx_text = f"{ctx // 1024}K" if ctx % 1024 == 0 else str(ctx)
     ragged = r.context_tokens_total != r.batch * ctx
@@ -47,6 +48,8 @@ def shape_label(r: BenchRecord) -> str:
         parts.insert(2, f"d{r.head_dim}")
     if r.block_size != 128:
         parts.append(f"bs{r.block_size}")
+    if r.features:
+        parts.append(r.features)
     return " ".join(parts)
 
 

@@ -31,6 +31,8 @@ SCHEMA_VERSION = 1
 PA_KIT = "pa-kit"
 STATUS_OK = "ok"
 STATUS_INACCURATE = "inaccurate"
+#: Prefix of the status of an implementation that does not compute the shape's decode features ("n/a: why").
+STATUS_NOT_APPLICABLE = "n/a"
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,18 @@ class BenchRecord:
     predicted_us: float | None = None
     #: ``--predict``: the prediction's details (TB/s, % of HBM, bound, IFA's published time, speed-up over it).
     prediction: dict[str, Any] | None = None
+    #: The shape's decode features (``q2 w127 sinks lse``; empty for plain decode).
+    features: str = ""
+    #: Shapes returning lse: max |lse - float64 golden's lse| (natural log).
+    max_lse_error: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == STATUS_OK and self.time_ms is not None
+
+    @property
+    def not_applicable(self) -> bool:
+        return self.status.startswith(STATUS_NOT_APPLICABLE)
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,9 @@ LEGEND = (
     "ms: the timing statistic above (median unless --stat mean); p20/p80: spread of per-launch times. "
     "TB/s: all bytes of the model / time, decimal. KV GB/s: K+V bytes only. % peak: TB/s against the peak "
     "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
-    "float64 golden|; an implementation outside the tolerance is reported, not timed. plan: strategy, launched "
+    "float64 golden| (and lse err for shapes returning lse); an implementation outside the tolerance is reported, "
+    "not timed; n/a: the implementation does not compute the shape's decode features (the note says which). "
+    "Shape ids end in the features: qN query tokens per sequence, wW window_left, sinks, lse. plan: strategy, launched "
     "cores (bd), KV splits per sequence (kvCN), tiling key, host µs per launch of the runner path without the "
     "kernel, host µs per runner.update() with the shape's lengths repeated (a decode step in which no sequence "
     "crosses a page: a ragged batch's balancing decision comes from the planner's cache)."
@@ -190,6 +202,8 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
             note += f", host {r.host_launch_us:.{digits}f} µs"
         if r.host_update_us is not None:
             note += f", update {r.host_update_us:.0f} µs"
+        if r.max_lse_error is not None:
+            note = f"lse err {r.max_lse_error:.1e}" + (f", {note}" if note else "")
         if r.status != STATUS_OK:
             note = f"{r.status}; {note}" if note else r.status
         rows.append([

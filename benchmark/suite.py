@@ -15,16 +15,26 @@ from typing import Any
 import torch
 
 from accuracy.reference import Reference
+from benchmark.applicability import NotApplicableError
 from benchmark.baselines import (
     golden,
+    lse_error,
     max_abs_error,
     prepare_baseline,
     prepare_external,
+    split_result,
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
 from benchmark.predict import Predicted, predict
-from benchmark.report import PA_KIT, STATUS_INACCURATE, STATUS_OK, BenchRecord, LaunchOverhead
+from benchmark.report import (
+    PA_KIT,
+    STATUS_INACCURATE,
+    STATUS_NOT_APPLICABLE,
+    STATUS_OK,
+    BenchRecord,
+    LaunchOverhead,
+)
 from benchmark.sim_figures import read_sim_figures
 from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
 from launcher import run_check
@@ -41,7 +51,7 @@ SHAPE_PROBE_CALLS = 200
 SHAPE_PROBE_REPEATS = 3
 #: runner.update() calls per repeat (a re-plan costs about a millisecond for a ragged batch of 64)
 UPDATE_PROBE_CALLS = 20
-Launch = Callable[[], torch.Tensor]
+Launch = Callable[[], Any]
 
 
 @dataclass(frozen=True)
@@ -71,8 +81,23 @@ def plan_summary(plan: Any) -> str:
     return f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num} key{int(plan.key)}"
 
 
+def feature_options(case: BenchCase) -> dict[str, Any]:
+    """The runner's decode-feature keywords for ``case`` (none for plain decode; a 4-D query carries q_len)."""
+    s = case.shape
+    options: dict[str, Any] = {}
+    if s.window_left >= 0:
+        options["window_left"] = s.window_left
+    if case.sinks is not None:
+        options["sinks"] = case.sinks
+    if s.lse:
+        options["return_lse"] = True
+    return options
+
+
 def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backend: Any = None,
                 batch_invariant: bool = False) -> Any:
+    """pa-kit's runner on ``case`` with its decode features; its call launches and returns ``out`` or
+    ``(out, lse)``."""
     from launcher import PagedAttentionRunner
 
     if backend is None and options.predict:  # the timing model replays the CPU-implementation build's trace
@@ -85,6 +110,7 @@ def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backen
         backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),
         checked=checked, core_count=options.core_count,
         strategy="auto" if batch_invariant else options.strategy, batch_invariant=batch_invariant,
+        **feature_options(case),
     )
 
 
@@ -148,6 +174,7 @@ def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim, block_size=shape.block_size, dtype=shape.dtype,
         context_tokens_max=shape.max_context, context_tokens_total=shape.total_context_tokens,
         total_bytes=traffic.total_bytes, kv_bytes=traffic.kv_bytes, flops=traffic.flops, status=status,
+        features=shape.features_label,
     )
 
 
@@ -184,9 +211,9 @@ class Suite:
             runner = make_runner(case, self.options, checked=False, batch_invariant=True)
             return runner, plan_summary(runner.plan), runner
 
-        def external(path: str) -> Callable[[], tuple[Launch, str | None, Any]]:
+        def external(name: str, path: str) -> Callable[[], tuple[Launch, str | None, Any]]:
             def prepare() -> tuple[Launch, str | None, Any]:
-                runner = prepare_external(case, path, self.options.backend, checked=False,
+                runner = prepare_external(case, path, self.options.backend, name, checked=False,
                                           core_count=self.options.core_count, strategy=self.options.strategy)
                 return runner, plan_summary(runner.plan), None
             return prepare
@@ -196,7 +223,7 @@ class Suite:
             impls.append((PA_KIT_CHECKED, pa_kit(True)))
         if self.options.batch_invariant:
             impls.append((PA_KIT_INVARIANT, invariant))
-        impls += [(name, external(path)) for name, path in self.options.externals]
+        impls += [(name, external(name, path)) for name, path in self.options.externals]
         for name in self.options.baselines:
             impls.append((name, lambda name=name: (prepare_baseline(name, case, self.torch_npu), None, None)))
         return impls
@@ -221,20 +248,31 @@ class Suite:
         try:
             launch, plan, runner = prepare()
             if self.options.predict and name == PA_KIT:
-                out, predicted = predict(runner.library.handle, launch, runner.plan.block_dim, shape.shape_id,
-                                         traffic.total_bytes, self.options.keep_spans)
+                result, predicted = predict(runner.library.handle, launch, runner.plan.block_dim, shape.shape_id,
+                                            traffic.total_bytes, self.options.keep_spans)
                 self.predictions.append((shape.shape_id, predicted))
             else:
-                out = launch()
+                result = launch()
+            out, lse = split_result(result)
             error = max_abs_error(out, reference)
+            lse_ok = True
+            if shape.lse:
+                if lse is None:
+                    raise ValueError("the shape asks for lse and the launch returned none")
+                lse_err, lse_ok = lse_error(lse, reference)
+                record = replace(record, max_lse_error=lse_err)
+        except NotApplicableError as exc:
+            self.log(f"  {shape.shape_id:<44} {name:<14} n/a: {exc}")
+            return replace(record, status=f"{STATUS_NOT_APPLICABLE}: {exc}")
         except Exception as exc:  # any failure of one implementation is reported, not fatal
             self.log(f"  {shape.shape_id:<44} {name:<14} failed: {type(exc).__name__}: {exc}")
             return replace(record, status=f"error: {type(exc).__name__}: {exc}")
         record = replace(record, max_abs_error=error, plan=plan)
         if predicted is not None:
             record = replace(record, predicted_us=predicted.figures["predicted_us"], prediction=predicted.figures)
-        if not within_tolerance(error, reference):
-            self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}, not timed")
+        if not within_tolerance(error, reference) or not lse_ok:
+            lse_note = f", lse error {record.max_lse_error:.2e}" if shape.lse else ""
+            self.log(f"  {shape.shape_id:<44} {name:<14} inaccurate: max error {error:.2e}{lse_note}, not timed")
             return replace(record, status=STATUS_INACCURATE)
         figures = self._device_figures(runner, traffic)  # of the accuracy launch: before any other launch
         if name == PA_KIT:

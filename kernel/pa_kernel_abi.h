@@ -1,5 +1,5 @@
 /*
- * pa-kit kernel ABI, version 2: the single source of truth for how the host talks to a paged-attention
+ * pa-kit kernel ABI, version 3: the single source of truth for how the host talks to a paged-attention
  * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
  * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
  *
@@ -8,6 +8,12 @@
  * size and the per-core S/P scratch stage; both 0 is exactly v1, so an external ATB-ABI kernel keeps working:
  *
  *   int32_t call_kernel(uint32_t block_dim, void *stream, <PA_NUM_PTR_ARGS pointers in PA_ARG_* order>);
+ *
+ * ABI v3 adds the decode features (several query tokens, a sliding window, attention sinks, the lse output) in
+ * four header words after ATB's (44-47, so PA_TW_HEADSIZE is 48; an ATB-ABI kernel reads the per-sequence words
+ * at the offset word 17 gives) and two pointer slots a decode kernel never reads in ATB's contract (12, ATB's
+ * eye: the sinks; 17, ATB's go: the lse).  With the four words at their defaults (q_len 1, no window, no sinks,
+ * no lse) a launch is exactly v2's.  A library says which features it executes through pa_supported_features().
  *
  * Every pointer is a byte address of global memory; the kernel casts it to the element type named below
  * before adding any tiling offset, so all tiling offsets are ELEMENT offsets of that type.  Pointer slots
@@ -29,10 +35,10 @@
 
 #include <stdint.h>
 
-#define PA_ABI_VERSION 2
+#define PA_ABI_VERSION 3
 
 /* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
-#define PA_ARG_Q 0             /* [IN]  query  [B, Hq, D]                                             */
+#define PA_ARG_Q 0             /* [IN]  query  [B, q_len, Hq, D]                                      */
 #define PA_ARG_K 1             /* [IN]  key cache   [num_blocks, block_size, Hkv, D]                  */
 #define PA_ARG_V 2             /* [IN]  value cache [num_blocks, block_size, Hkv, D]                  */
 #define PA_ARG_BLOCK_TABLES 3  /* [int32] [B, max_pages], row chosen by PA_BF_BATCH_IDX                */
@@ -44,14 +50,14 @@
 #define PA_ARG_RAZOR_OFFSET 9  /* unused: NULL                                                         */
 #define PA_ARG_SCALE 10        /* unused (quant scale): NULL                                           */
 #define PA_ARG_LOGN 11         /* unused (PA_TW_SCALETYPE == 0): NULL                                  */
-#define PA_ARG_EYE 12          /* unused: NULL                                                         */
-#define PA_ARG_O 13            /* [OUT = IN] output [B, Hq, D]                                         */
+#define PA_ARG_SINKS 12        /* v3 [PA_TW_SINKS_DTYPE] sinks [Hq], NULL without (ATB's eye)          */
+#define PA_ARG_O 13            /* [OUT = IN] output [B, q_len, Hq, D]                                  */
 #define PA_ARG_S 14            /* [fp32] per-core QK scores, PA_S_CORE_STRIDE_ELEMS per block_idx      */
 #define PA_ARG_P 15            /* [IN]  per-core probabilities, PA_P_CORE_STRIDE_ELEMS per block_idx   */
 #define PA_ARG_O_TMP 16        /* [fp32] per-core tile P.V, PA_O_TMP_CORE_STRIDE_ELEMS per block_idx   */
-#define PA_ARG_GO 17           /* never read or written: NULL                                          */
-#define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_nonempty, Hq, kvCN, D]       */
-#define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_nonempty, Hq, kvCN]           */
+#define PA_ARG_LSE 17          /* v3 [fp32] lse [B, q_len, Hq] when PA_TW_LSE, else NULL (ATB's go)    */
+#define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_nonempty, q_len * Hq, kvCN, D]*/
+#define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_nonempty, q_len * Hq, kvCN]   */
 #define PA_ARG_K16 20          /* unused (dequant staging): NULL                                       */
 #define PA_ARG_V16 21          /* unused: NULL                                                         */
 #define PA_ARG_TILING 22       /* [uint32 words] PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * B     */
@@ -62,7 +68,7 @@
  * no file lists the 23 names by hand; `tests/test_abi_mirror.py` checks the names against ArgSlot. */
 #define PA_PTR_ARGS(X)                                                                                        \
     X(q) X(k) X(v) X(block_tables) X(mask) X(deq_scale1) X(deq_offset1) X(deq_scale2) X(deq_offset2)          \
-    X(razor_offset) X(scale) X(logn) X(eye) X(o) X(s) X(p) X(o_tmp) X(go) X(o_core) X(l) X(k16) X(v16) X(tiling)
+    X(razor_offset) X(scale) X(logn) X(sinks) X(o) X(s) X(p) X(o_tmp) X(lse) X(o_core) X(l) X(k16) X(v16) X(tiling)
 
 /* ---- tiling header words (read as uint32 unless noted) ------------------------------------------------ */
 #define PA_TW_BATCH 0               /* B (informational)                                                 */
@@ -112,25 +118,49 @@
                                        scratch strides (ATB's MTP head split size, 0 for decode)        */
 #define PA_TW_SCORE_STAGE_ELEMS 43  /* v2: elements of one S (fp32) and one P (IN) stage per core, 0 with
                                        word 42 (ATB's MTP head split num, 0 for decode); see the scratch */
-#define PA_TILING_HEADER_WORDS 44
+#define PA_TW_Q_LEN 44              /* v3: query tokens per sequence, 1..PA_MAX_Q_LEN; token t of slot s sits
+                                       at position kv_len - q_len + t and attends causally to keys 0..it */
+#define PA_TW_WINDOW_LEFT 45        /* v3: int32 bits; W >= 0 keeps keys max(0, p - W)..p of a token at p;
+                                       -1 (0xFFFFFFFF) keeps all.  Pages wholly before every token's window
+                                       are never read (their block-table entries may be anything)        */
+#define PA_TW_SINKS_DTYPE 46        /* v3: PA_SINKS_*: the element type of PA_ARG_SINKS, or none          */
+#define PA_TW_LSE 47                /* v3: 1 = write each row's natural-log lse (sink included) to PA_ARG_LSE */
+#define PA_TILING_HEADER_WORDS 48
+
+#define PA_SINKS_NONE 0
+#define PA_SINKS_FP32 1
+#define PA_SINKS_FP16 2
+#define PA_SINKS_BF16 3
+#define PA_WINDOW_NONE 0xFFFFFFFF
+#define PA_MAX_Q_LEN 16
+/* rows of one task (q heads x query tokens) the scratch holds: o_tmp's half at D = 256 (PA_O_TMP_HALF_ELEMS
+ * / 256); the planner takes fewer heads per task when q_len > 1 (heads <= PA_MAX_TASK_ROWS / q_len) */
+#define PA_MAX_TASK_ROWS 128
+
+/* pa_supported_features() bits: what a library executes beyond v2 */
+#define PA_FEATURE_MULTI_TOKEN 1
+#define PA_FEATURE_WINDOW 2
+#define PA_FEATURE_SINKS 4
+#define PA_FEATURE_LSE 8
+#define PA_FEATURES_ALL 15
 
 /* ---- per-sequence slot s: words [PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * s, +17) ------------- */
-#define PA_BF_Q_SEQLEN 0        /* 1 (decode)                                                            */
+#define PA_BF_Q_SEQLEN 0        /* q_len (PA_TW_Q_LEN) for a non-empty slot, 0 for an empty one          */
 #define PA_BF_KV_SEQLEN 1       /* context length in tokens; 0 = empty sequence (zero output row)        */
 #define PA_BF_M_UBD 2           /* 16                                                                    */
 #define PA_BF_BLOCK_SIZE 3      /* tokens per page (informational)                                       */
-#define PA_BF_ADDR_Q_HI 4       /* q row offset, IN elements: s * Hq * D, high 32 bits                   */
+#define PA_BF_ADDR_Q_HI 4       /* q offset, IN elements: s * q_len * Hq * D, high 32 bits               */
 #define PA_BF_ADDR_Q_LO 5       /*                                          low 32 bits                  */
-#define PA_BF_ADDR_O_HI 6       /* o row offset, OUT elements: s * Hq * D                                */
+#define PA_BF_ADDR_O_HI 6       /* o offset, OUT elements: s * q_len * Hq * D                            */
 #define PA_BF_ADDR_O_LO 7
 #define PA_BF_BATCH_IDX 8       /* block-table row of this slot (= s)                                    */
 #define PA_BF_TOTAL_Q_BLK 9     /* 0                                                                     */
 #define PA_BF_MASK_OFFSET_HI 10 /* 0                                                                     */
-#define PA_BF_ADDR_L_HI 11      /* l offset, fp32 elements: advances kvCN * Hq per non-empty slot        */
+#define PA_BF_ADDR_L_HI 11      /* l offset, fp32 elements: advances kvCN * q_len * Hq per non-empty slot*/
 #define PA_BF_ADDR_L_LO 12
 #define PA_BF_GATHER 13         /* gather map: schedule position p runs slot word(p, 13); a permutation  */
 #define PA_BF_MASK_OFFSET_LO 14 /* 0                                                                     */
-#define PA_BF_ADDR_OFD_HI 15    /* o_core offset in "one split" units (Hq * D fp32 per non-empty slot);  */
+#define PA_BF_ADDR_OFD_HI 15    /* o_core offset in "one split" units (q_len*Hq*D fp32 per non-empty slot)*/
 #define PA_BF_ADDR_OFD_LO 16    /* the kernel multiplies it by kvCN                                      */
 #define PA_TILING_BATCH_WORDS 17
 
@@ -215,13 +245,27 @@ static inline uint32_t pa_kv_splits(uint32_t kv_len, uint32_t block_size, uint32
     return (uint32_t)((aligned + kv_split - 1) / kv_split);
 }
 
+/* ---- the KV range a sequence reads (v3): from the first token of the page holding its first query token's
+ * window start, to kv_len.  Splits and tiles cover [first, kv_len); the split count is
+ * pa_kv_splits(kv_len - first, block_size, kv_split).  0 without a window.  tiling/abi.py kv_first_token
+ * mirrors it (compared through pa_abi_kv_first_token). */
+static inline uint32_t pa_kv_first_token(uint32_t kv_len, uint32_t q_len, uint32_t window_left, uint32_t block_size)
+{
+    if (window_left == PA_WINDOW_NONE || (uint64_t)kv_len <= (uint64_t)q_len + window_left) {
+        return 0;
+    }
+    return (kv_len - q_len - window_left) / block_size * block_size;
+}
+
 /* ---- the layout of q, o and the split-KV partials, which the contract checker enforces per slot s -----
- *   PA_BF_ADDR_Q = PA_BF_ADDR_O = s * Hq * D           (every slot: dense [B, Hq, D] tensors)
- *   PA_BF_BATCH_IDX = s
+ * With R = q_len * Hq rows per slot (row t * Hq + h is query token t, head h):
+ *   PA_BF_ADDR_Q = PA_BF_ADDR_O = s * R * D           (every slot: dense [B, q_len, Hq, D] tensors)
+ *   PA_BF_BATCH_IDX = s; the lse of slot s (PA_TW_LSE) starts at s * R
  *   for split-KV keys and a non-empty slot, with n = the number of non-empty slots before s:
- *   PA_BF_ADDR_L = n * Hq * kvCN,  PA_BF_ADDR_OFD = n * Hq * D   (the kernel multiplies OFD by kvCN)
- * and the buffers hold at least: q, o B*Hq*D; k, v num_blocks*bs*Hkv*D; block_tables B*max_blocks;
- * o_core B_nonempty*Hq*kvCN*D; l B_nonempty*Hq*kvCN; s, p, o_tmp block_dim * their core stride. */
+ *   PA_BF_ADDR_L = n * R * kvCN,  PA_BF_ADDR_OFD = n * R * D   (the kernel multiplies OFD by kvCN)
+ * and the buffers hold at least: q, o B*R*D; k, v num_blocks*bs*Hkv*D; block_tables B*max_blocks;
+ * o_core B_nonempty*R*kvCN*D; l B_nonempty*R*kvCN; lse B*R; sinks Hq; s, p, o_tmp block_dim * their core
+ * stride.  Per task and tile the scratch rows are q heads x q_len. */
 
 /* ---- where our planner departs from ATB, and why ------------------------------------------------------
  * 1. Long-sequence split-KV keeps ATB's batch guard (B <= 0.8 * block_dim), which the upstream port dropped

@@ -3,7 +3,10 @@
 Every ``.so`` the launcher talks to exports ``call_kernel(block_dim, stream, 23 pointers)`` (kernel ABI v1,
 ``kernel/pa_kernel_abi.h``).  Ours also export ``pa_abi_version``/``pa_supported_keys``/``call_kernel_noop``
 and return an ``int32`` error code; a library without ``pa_abi_version`` is an *external* ATB-ABI kernel
-(void return, keys 0/1/16/17, empty sequences' rows left unwritten).  The mock device and the simulation
+(void return, keys 0/1/16/17, empty sequences' rows left unwritten).  Ours may export
+``pa_supported_features`` (ABI v3: the decode features it executes, :class:`tiling.abi.Feature` bits); a
+library without it executes none, so the runner refuses those options instead of launching a kernel that
+would ignore the words that ask for them.  The mock device and the simulation
 additionally export the mock API (``kernel/mock/pa_mock_api.h``), declared by :mod:`launcher.mock_api`.
 
 Declaring ``argtypes``/``restype`` here, once per loaded library, is what keeps the launch path free of
@@ -49,6 +52,8 @@ class KernelLibrary:
     abi_version: int | None
     supported_keys: frozenset[abi.TilingKey]
     has_mock_api: bool
+    #: :class:`tiling.abi.Feature` bits of ``pa_supported_features()``; 0 where the symbol is missing
+    supported_features: int = 0
 
     @property
     def external(self) -> bool:
@@ -88,6 +93,7 @@ def _load_resolved(path: str) -> KernelLibrary:
         raise RuntimeError(f"{path} does not export call_kernel: not a paged-attention kernel library")
     abi_version: int | None = None
     keys = abi.keys_from_mask(abi.SUPPORTED_KEYS_ATB)
+    features = 0
     noop = None
     if hasattr(handle, "pa_abi_version"):
         handle.pa_abi_version.argtypes = []
@@ -101,6 +107,10 @@ def _load_resolved(path: str) -> KernelLibrary:
         handle.pa_supported_keys.argtypes = []
         handle.pa_supported_keys.restype = ctypes.c_uint32
         keys = abi.keys_from_mask(int(handle.pa_supported_keys()))
+        if hasattr(handle, "pa_supported_features"):
+            handle.pa_supported_features.argtypes = []
+            handle.pa_supported_features.restype = ctypes.c_uint32
+            features = int(handle.pa_supported_features()) & abi.FEATURES_ALL
     call = handle.call_kernel
     call.argtypes = CALL_KERNEL_ARGTYPES
     call.restype = None if abi_version is None else ctypes.c_int32
@@ -113,7 +123,7 @@ def _load_resolved(path: str) -> KernelLibrary:
         _declare_mirrors(path, handle)
     return KernelLibrary(
         path=Path(path), handle=handle, call_kernel=call, call_kernel_noop=noop, abi_version=abi_version,
-        supported_keys=keys, has_mock_api=has_mock_api,
+        supported_keys=keys, has_mock_api=has_mock_api, supported_features=features,
     )
 
 

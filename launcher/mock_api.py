@@ -73,7 +73,10 @@ def declare(handle: ctypes.CDLL) -> None:
         "pa_mock_best_isa": ([], ctypes.c_int32),
         "pa_abi_version": ([], ctypes.c_int32),
         "pa_supported_keys": ([], ctypes.c_uint32),
+        "pa_supported_features": ([], ctypes.c_uint32),
         "pa_abi_kv_splits": ([ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32], ctypes.c_uint32),
+        "pa_abi_kv_first_token": ([ctypes.c_uint32] * 4, ctypes.c_uint32),
+        "pa_mock_kv_pages_read": ([], ctypes.c_uint64),
         "pa_sim_last_error_text": ([], ctypes.c_char_p),
     }
     for name, (argtypes, restype) in signatures.items():

@@ -5,7 +5,8 @@ sequences of at most ``max_pages_per_seq`` pages): the tiling tensor, the worksp
 capacity allows, the runner's own block table and the default output.  :meth:`PagedAttentionRunner.update`
 plans a step of any batch size up to the capacity and stages its tiling words in one of two host buffers,
 uploaded in order on the launch stream (so the next step's update may overlap this step's launches);
-:meth:`PagedAttentionRunner.run` checks the layer's tensors and launches, and allocates nothing.  Apart from
+:meth:`PagedAttentionRunner.run` checks the layer's tensors and launches, and allocates nothing (the default lse,
+when the runner returns one, is a view of a buffer allocated with the output).  Apart from
 the launch, two things happen on the launch path because the contract requires them: the split-KV partials
 are zeroed when the plan splits the KV range, and an external ATB-ABI kernel's empty rows are zeroed after it.
 """
@@ -20,7 +21,8 @@ import torch
 
 from launcher import run_check, validation
 from launcher.backends import Backend, Launch, get_backend
-from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_run
+from launcher.features import DecodeFeatures, check_sinks, check_supported, decode_features
+from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_features, check_run
 from launcher.staging import Capacity, DeviceState, with_batch
 from launcher.validation import DecodeShape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention, rules
@@ -50,7 +52,19 @@ class PagedAttentionRunner:
     (``"auto"``, ``"bn"``, ``"split_kv"``), ``batch_invariant``, ``handoff_tokens`` (None = the planner's
     choice, or a multiple of 512; an external ATB-ABI kernel always gets ABI v1's scratch and 512).
 
-    Attributes: ``plan``, ``out`` (this step's rows of the default output), ``workspace`` (slot -> tensor,
+    Decode features (README, "Decode features"): ``q_len`` query tokens per sequence (from a 4-D query
+    ``[b, q_len, h, d]``, or ``for_engine(q_len=)``; the output has the query's shape), ``window_left`` (-1: no
+    window, W >= 0: keys ``p - W .. p``), ``sinks`` (a ``[num_heads]`` float32/float16/bfloat16 tensor;
+    ``for_engine`` takes ``sinks_dtype`` and each ``run`` its layer's ``sinks=``) and ``return_lse`` (launches
+    return ``(out, lse)``, lse float32 ``[b, (q_len,) h]``).  They are fixed for the runner's life: they size the
+    output, the lse buffer and the workspace, and every plan carries them, so an engine whose layers differ (a
+    sliding-window layer and a full one, say) keeps one runner per layer kind and updates each per step.  A
+    feature the backend's library does not execute (``pa_supported_features``) is refused when the runner is
+    built, with a ValueError naming the backend and what to use instead.
+
+    Attributes: ``plan``, ``out`` (this step's rows of the default output), ``lse`` (this step's rows of the
+    default lse, or None without ``return_lse``), ``sinks`` (the default sinks, or None), ``features``,
+    ``workspace`` (slot -> tensor,
     exactly the plan's sizes, views of storage allocated once; tests poison it), ``workspace_bytes``,
     ``tiling`` (this step's words on the device), ``block_table`` (this step's rows of the runner's table),
     ``launch_args``, ``backend``, ``capacity``.
@@ -62,11 +76,15 @@ class PagedAttentionRunner:
         backend: str | Backend | None = None, out: torch.Tensor | None = None, stream: Any = None,
         checked: bool = True, core_count: int | None = None, strategy: str = "auto", batch_invariant: bool = False,
         handoff_tokens: int | None = None, max_batch: int | None = None, max_pages_per_seq: int | None = None,
+        window_left: int = -1, sinks: torch.Tensor | None = None, return_lse: bool = False,
     ) -> None:
         device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
         resolved = get_backend(backend, device)
         shape = validation.check_tensors(query, key_cache, value_cache, block_table,
                                          device_type=resolved.device_type)
+        features = decode_features(q_len=shape.q_len, window_left=window_left, return_lse=return_lse,
+                                   sinks_dtype=None if sinks is None else check_sinks(
+                                       sinks, num_heads=shape.num_heads, device=shape.device).dtype)
         capacity = Capacity.of(shape, query.dtype, max_batch=max_batch, max_pages_per_seq=max_pages_per_seq)
         if out is not None:
             out = validation.check_out(out, with_batch(shape, capacity.max_batch), query.dtype,
@@ -74,11 +92,12 @@ class PagedAttentionRunner:
                                         "block_table": block_table})
         lens = validation.check_context_lens(context_lens, shape)  # before any library is loaded
         if resolved.device_type == "cpu":
-            validation.check_block_ids(block_table, lens, shape)
-        self._setup(capacity, resolved, scale=scale, out=out, stream=stream, checked=checked,
+            validation.check_block_ids(block_table, lens, shape, window_left=features.window_left)
+        self._setup(capacity, resolved, features, scale=scale, out=out, stream=stream, checked=checked,
                     core_count=core_count, strategy=strategy, batch_invariant=batch_invariant,
                     handoff_tokens=handoff_tokens)
         self.query, self.key_cache, self.value_cache = query, key_cache, value_cache
+        self.sinks = sinks
         self.update(context_lens, block_table)
 
     @classmethod
@@ -87,34 +106,44 @@ class PagedAttentionRunner:
         max_batch: int, max_pages_per_seq: int, num_blocks: int, device: str | torch.device = "cpu",
         scale: float | None = None, backend: str | Backend | None = None, core_count: int | None = None,
         strategy: str = "auto", batch_invariant: bool = False, stream: Any = None, checked: bool = True,
-        handoff_tokens: int | None = None,
+        handoff_tokens: int | None = None, q_len: int = 1, window_left: int = -1,
+        sinks_dtype: torch.dtype | None = None, return_lse: bool = False,
     ) -> PagedAttentionRunner:
         """A runner for an engine's decode loop, from sizes alone: call :meth:`update` per step, :meth:`run`
-        per layer.  Everything the launches need is allocated here; ``workspace_bytes`` says how much."""
+        per layer.  Everything the launches need is allocated here; ``workspace_bytes`` says how much.
+
+        ``q_len`` > 1 makes queries and outputs ``[b, q_len, num_heads, head_dim]`` (1 keeps them 3-D);
+        ``sinks_dtype`` (a torch dtype) plans sinks of that type, which each :meth:`run` then takes as
+        ``sinks=`` (a layer's own).  These and ``window_left``/``return_lse`` are fixed for the runner's life:
+        keep one runner per layer kind (a sliding-window layer and a full one, say)."""
         dev = torch.device(device)
         resolved = get_backend(backend, dev)
         capacity = Capacity.for_engine(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                        block_size=block_size, dtype=dtype, max_batch=max_batch,
                                        max_pages_per_seq=max_pages_per_seq, num_blocks=num_blocks, device=dev,
-                                       device_type=resolved.device_type)
+                                       device_type=resolved.device_type, q_len=q_len)
+        features = decode_features(q_len=capacity.q_len, window_left=window_left, sinks_dtype=sinks_dtype,
+                                   return_lse=return_lse)
         runner = cls.__new__(cls)
-        runner._setup(capacity, resolved, scale=scale, out=None, stream=stream, checked=checked,
+        runner._setup(capacity, resolved, features, scale=scale, out=None, stream=stream, checked=checked,
                       core_count=core_count, strategy=strategy, batch_invariant=batch_invariant,
                       handoff_tokens=handoff_tokens)
         runner.query = runner.key_cache = runner.value_cache = None
         runner.update([])
         return runner
 
-    def _setup(self, capacity: Capacity, backend: Backend, *, scale: float | None, out: torch.Tensor | None,
-               stream: Any, checked: bool, core_count: int | None, strategy: str, batch_invariant: bool,
-               handoff_tokens: int | None) -> None:
+    def _setup(self, capacity: Capacity, backend: Backend, features: DecodeFeatures, *, scale: float | None,
+               out: torch.Tensor | None, stream: Any, checked: bool, core_count: int | None, strategy: str,
+               batch_invariant: bool, handoff_tokens: int | None) -> None:
         self.scale = rules.validate_scale(scale, capacity.head_dim)
         rules.validate_option("checked", checked, (True, False))
         rules.validate_core_count(core_count)
         rules.validate_plan_options(strategy=strategy, batch_invariant=batch_invariant,
                                     handoff_tokens=handoff_tokens)
-        self.backend, self.capacity = backend, capacity
+        self.backend, self.capacity, self.features = backend, capacity, features
+        self.sinks: torch.Tensor | None = None
         self.library = backend.library
+        check_supported(features, self.library, backend.name)
         self.checked, self.strategy, self.batch_invariant = checked, strategy, batch_invariant
         self.handoff_tokens = 0 if self.library.external else handoff_tokens
         self.core_count = core_count if core_count is not None else backend.core_count(capacity.device)
@@ -126,7 +155,7 @@ class PagedAttentionRunner:
                 f"completes while excess blocks wait for a free cluster; pass core_count <= {clusters}")
         self._stream, self._stream_handle = backend.resolve_stream(stream)
         self._device = DeviceState(capacity, backend, self._stream, core_count=self.core_count,
-                                   handoff_tokens=self.handoff_tokens, out=out)
+                                   handoff_tokens=self.handoff_tokens, out=out, return_lse=features.return_lse)
         self.plan: PagedAttentionPlan | None = None
         self._fast = run_check.load()
 
@@ -139,15 +168,19 @@ class PagedAttentionRunner:
         reuse or change its tensor afterwards, and a later change reaches the kernel only through another
         ``update``.  On a CPU backend the used block ids are checked on the host; on a device no table value is
         read on the host (a device tensor for ``context_lens`` is copied to the host, which synchronises).
+        The step is planned with the runner's features: ``context_lens`` counts each sequence's ``q_len`` query
+        tokens (0 or at least ``q_len``), and with a window the pages wholly before it may hold any id.
         """
-        cap = self.capacity
+        cap, features = self.capacity, self.features
         lens = validation.lens_to_numpy(context_lens)
         table, rows, cols = self._device.table_rows(block_table, lens.size)
         rules.validate_lengths(lens, block_size=cap.block_size, max_pages=cols, batch=rows)
+        rules.validate_query_tokens(lens, features.q_len)
         if self.backend.device_type == "cpu":
             host = table if table is not None else self._device.table[:rows, :cols]
             rules.validate_block_ids(host.detach().cpu().numpy(), lens, block_size=cap.block_size,
-                                     num_blocks=cap.num_blocks)
+                                     num_blocks=cap.num_blocks, q_len=features.q_len,
+                                     window_left=features.window_left)
         if lens.size == 0:  # an empty step: run() returns an empty output and launches nothing
             self._device.stage_table(table, rows, cols)
             self.plan = None
@@ -161,7 +194,7 @@ class PagedAttentionRunner:
             lens, num_heads=cap.num_heads, num_kv_heads=cap.num_kv_heads, head_dim=cap.head_dim,
             block_size=cap.block_size, max_pages=cap.max_pages, num_blocks=cap.num_blocks, scale=self.scale,
             dtype=cap.dtype_name, core_count=self.core_count, strategy=self.strategy,  # type: ignore[arg-type]
-            batch_invariant=self.batch_invariant, handoff_tokens=self.handoff_tokens,
+            batch_invariant=self.batch_invariant, handoff_tokens=self.handoff_tokens, **features.plan_options(),
         )
         if plan.key not in self.library.supported_keys:
             supported = sorted(int(key) for key in self.library.supported_keys)
@@ -188,8 +221,11 @@ class PagedAttentionRunner:
         self.batch = batch
         full = self._device.out
         self.out = full if batch == full.shape[0] else full[:batch]
+        lse = self._device.lse
+        self.lse: torch.Tensor | None = lse if lse is None or batch == lse.shape[0] else lse[:batch]
         self.block_table = self._device.table[:batch]
-        self._expect = RunExpect.of(self.out, self.capacity.cache_shape, self._device.table)
+        self._expect = RunExpect.of(self.out, self.capacity.cache_shape, self._device.table, self.lse,
+                                    self.features.sinks_torch_dtype)
         self._fast_expect = None if self._fast is None else self._fast.make_expect(
             self.out, tuple(self.capacity.cache_shape), self._device.table, _Q_ARG, _K_ARG, _V_ARG, _O_ARG)
 
@@ -197,12 +233,19 @@ class PagedAttentionRunner:
         dev = self._device
         buffers: dict[ArgSlot, torch.Tensor] = {ArgSlot.BLOCK_TABLES: self.block_table, ArgSlot.O: self.out,
                                                 ArgSlot.TILING: dev.tiling, **dev.workspace}
+        if self.lse is not None:
+            buffers[ArgSlot.LSE] = self.lse
+        if self.sinks is not None:
+            buffers[ArgSlot.SINKS] = self.sinks
         pointers: list[int | None] = [None] * abi.NUM_PTR_ARGS
         extents = [0] * abi.NUM_PTR_ARGS
         for slot, tensor in buffers.items():
             pointers[slot] = tensor.data_ptr()
             extents[slot] = tensor.numel() * tensor.element_size()
         extents[ArgSlot.Q] = extents[ArgSlot.O]
+        sinks_dtype = self.features.sinks_torch_dtype
+        if sinks_dtype is not None:  # each run() passes its layer's sinks: the same shape and type
+            extents[ArgSlot.SINKS] = self.capacity.num_heads * sinks_dtype.itemsize
         extents[ArgSlot.K] = extents[ArgSlot.V] = self._expect.cache_bytes
         bound = self.query is not None and self.query.shape[0] == plan.batch
         if bound:
@@ -228,10 +271,12 @@ class PagedAttentionRunner:
             self._empty_rows = dev.empty_rows(empty)
 
     # ---- the launch path ------------------------------------------------------------------------------------
-    def __call__(self) -> torch.Tensor:
-        """Launch the current plan on the tensors the runner was built with; returns ``out``."""
+    def __call__(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Launch the current plan on the tensors the runner was built with; returns ``out``, or ``(out, lse)``
+        with ``return_lse``."""
+        result = self.out if self.lse is None else (self.out, self.lse)
         if self.plan is None:
-            return self.out
+            return result
         if self._launch is None:
             raise ValueError(f"runner() launches on the tensors the runner was built with (batch "
                              f"{'none' if self.query is None else self.query.shape[0]}); this step has batch "
@@ -240,29 +285,40 @@ class PagedAttentionRunner:
             self._zero_state()
         self._launch()
         self._zero_empty(self.out)
-        return self.out
+        return result
 
     def run(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-        """Launch this step's plan on one layer's ``query`` ``[b, num_heads, head_dim]`` and caches; returns
-        ``out`` (default: this step's rows of the runner's output, ``runner.out``).
+            out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+            sinks: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Launch this step's plan on one layer's ``query`` ``[b, (q_len,) num_heads, head_dim]`` and caches;
+        returns ``out`` (default: this step's rows of the runner's output, ``runner.out``), or ``(out, lse)``
+        with ``return_lse`` (``lse`` default: this step's rows of ``runner.lse``; a given one is float32
+        ``[b, (q_len,) num_heads]``).  ``sinks`` (default: the runner's) must have the planned dtype.
 
-        The tensors must have the step's shapes, the runner's dtype and device, be contiguous, and ``out`` must
-        share no memory with the inputs or the block table; a violation raises ``TypeError``/``ValueError``
-        before anything is launched.  Nothing is planned, allocated or copied to the host here.
+        The tensors must have the step's shapes, the runner's dtype and device, be contiguous, and ``out`` and
+        ``lse`` must share no memory with the inputs, the block table or each other; a violation raises
+        ``TypeError``/``ValueError`` before anything is launched.  Nothing is planned, allocated or copied to
+        the host here.
         """
         if out is None:
             out = self.out
-        fast = self._fast
+        if lse is None:
+            lse = self.lse
+        if sinks is None:
+            sinks = self.sinks
+        expect, fast = self._expect, self._fast
         if fast is None or not fast.check(self._fast_expect, query, key_cache, value_cache, out, self._run_args):
-            check_run(self._expect, self._run_args, query, key_cache, value_cache, out)
+            check_run(expect, self._run_args, query, key_cache, value_cache, out, lse, sinks)
+        elif expect.has_features or lse is not None or sinks is not None:  # the compiled check covers q, k, v, o
+            check_features(expect, self._run_args, lse, sinks)
+        result = out if lse is None else (out, lse)
         if self.plan is None:
-            return out
+            return result
         if self._zero_state is not None:
             self._zero_state()
         self._run_launch()
         self._zero_empty(out)
-        return out
+        return result
 
     def _zero_empty(self, out: torch.Tensor) -> None:
         rows = self._empty_rows

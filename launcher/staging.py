@@ -2,8 +2,9 @@
 
 :class:`Capacity` is what a runner is built for (sizes, dtype, device, ``max_batch``, ``max_pages_per_seq``);
 :class:`DeviceState` owns every buffer the launch path touches - workspace storage for the worst plan of that
-capacity, the tiling tensor with its two host staging buffers, the runner's block table and the default
-output - and hands out views of them per step, so their data pointers never change.
+capacity, the tiling tensor with its two host staging buffers, the runner's block table, the default output
+and (when the runner returns it) the default lse - and hands out views of them per step, so their data pointers
+never change.
 """
 
 from __future__ import annotations
@@ -53,10 +54,25 @@ class Capacity:
     max_pages: int
     dtype: torch.dtype
     device: torch.device
+    #: query tokens per sequence, and whether queries and outputs have the token axis (4-D)
+    q_len: int = 1
+    token_axis: bool = False
 
     @property
     def dtype_name(self) -> str:
         return DTYPE_NAMES[self.dtype]
+
+    def query_shape(self, batch: int) -> tuple[int, ...]:
+        """A step's query and output shape: ``[batch, (q_len,) num_heads, head_dim]``."""
+        return (batch, *self._tokens, self.num_heads, self.head_dim)
+
+    def lse_shape(self, batch: int) -> tuple[int, ...]:
+        """A step's lse shape: ``[batch, (q_len,) num_heads]`` (float32)."""
+        return (batch, *self._tokens, self.num_heads)
+
+    @property
+    def _tokens(self) -> tuple[int, ...]:
+        return (self.q_len,) if self.token_axis else ()
 
     @property
     def cache_shape(self) -> torch.Size:
@@ -65,7 +81,8 @@ class Capacity:
     def step_shape(self, batch: int) -> DecodeShape:
         return DecodeShape(batch=batch, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                            head_dim=self.head_dim, block_size=self.block_size, num_blocks=self.num_blocks,
-                           max_pages=self.max_pages, dtype=self.dtype_name, device=self.device)
+                           max_pages=self.max_pages, dtype=self.dtype_name, device=self.device, q_len=self.q_len,
+                           token_axis=self.token_axis)
 
     def _validate(self) -> Capacity:
         rules.validate_shape(batch=self.max_batch, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
@@ -81,12 +98,13 @@ class Capacity:
         pages = shape.max_pages if max_pages_per_seq is None else \
             _require_int("max_pages_per_seq", max_pages_per_seq, shape.max_pages)
         return cls(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.block_size, shape.num_blocks,
-                   batch, pages, dtype, shape.device)._validate()
+                   batch, pages, dtype, shape.device, shape.q_len, shape.token_axis)._validate()
 
     @classmethod
     def for_engine(cls, *, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: object,
                    max_batch: int, max_pages_per_seq: int, num_blocks: int, device: torch.device,
-                   device_type: str) -> Capacity:
+                   device_type: str, q_len: int = 1) -> Capacity:
+        """The sizes an engine names; ``q_len`` > 1 gives 4-D queries and outputs (1 keeps them 3-D)."""
         sizes = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
                  "block_size": block_size, "max_batch": max_batch, "max_pages_per_seq": max_pages_per_seq,
                  "num_blocks": num_blocks}
@@ -96,21 +114,23 @@ class Capacity:
             raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
         if device.type != device_type:
             raise ValueError(f"device must be a {device_type!r} device for this backend, got {device}")
+        q_len = rules.validate_q_len(q_len)
         return cls(num_heads, num_kv_heads, head_dim, block_size, num_blocks, max_batch, max_pages_per_seq,
-                   dtype, device)._validate()  # type: ignore[arg-type]
+                   dtype, device, q_len, q_len > 1)._validate()  # type: ignore[arg-type]
 
 
 class DeviceState:
     """Every buffer of the launch path, allocated once; per-step views of them."""
 
     def __init__(self, capacity: Capacity, backend: Backend, stream: Any, *, core_count: int,
-                 handoff_tokens: int | None, out: torch.Tensor | None) -> None:
+                 handoff_tokens: int | None, out: torch.Tensor | None, return_lse: bool = False) -> None:
         self.capacity, self.backend, self.stream = capacity, backend, stream
         dev = capacity.device
         sizes = capacity_workspace(
             core_count=core_count, elem_bytes=rules.DTYPES[capacity.dtype_name], max_batch=capacity.max_batch,
             num_heads=capacity.num_heads, head_dim=capacity.head_dim, max_pages=capacity.max_pages,
-            handoff_tokens=handoff_tokens, kv_split_limit=combine_split_limit(capacity.head_dim))
+            handoff_tokens=handoff_tokens, kv_split_limit=combine_split_limit(capacity.head_dim),
+            q_len=capacity.q_len)
         self._storage = {slot: torch.empty(nbytes, dtype=torch.uint8, device=dev)
                          for slot, nbytes in sizes.by_slot().items() if nbytes}
         self.workspace_bytes = sum(t.numel() for t in self._storage.values())
@@ -126,7 +146,9 @@ class DeviceState:
                                 device=dev)
         self._table_rows, self._table_cols = 0, capacity.max_pages
         self.out = out if out is not None else torch.empty(
-            (capacity.max_batch, capacity.num_heads, capacity.head_dim), dtype=capacity.dtype, device=dev)
+            capacity.query_shape(capacity.max_batch), dtype=capacity.dtype, device=dev)
+        self.lse = torch.empty(capacity.lse_shape(capacity.max_batch), dtype=torch.float32, device=dev) \
+            if return_lse else None
         self._empty_index = torch.empty(capacity.max_batch, dtype=torch.long, device=dev)
 
     # ---- block table ---------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from tiling import rules
 
 #: Input dtypes the kernels execute, by the planner's dtype names.
 DTYPE_NAMES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-QUERY_DIMS = 3  # [batch, num_heads, head_dim]
+QUERY_DIMS = 3  # [batch, num_heads, head_dim]: one query token per sequence
+TOKENS_QUERY_DIMS = 4  # [batch, q_len, num_heads, head_dim]: q_len query tokens per sequence
 CACHE_DIMS = 4  # [num_blocks, block_size, num_kv_heads, head_dim]
 TABLE_DIMS = 2  # [batch, max_pages]
 
@@ -36,6 +37,19 @@ class DecodeShape:
     max_pages: int
     dtype: str
     device: torch.device
+    #: query tokens per sequence, and whether the query (and so the output) has the token axis
+    q_len: int = 1
+    token_axis: bool = False
+
+    @property
+    def query_shape(self) -> tuple[int, ...]:
+        """The query's (and the output's) shape: ``[batch, (q_len,) num_heads, head_dim]``."""
+        tokens = (self.q_len,) if self.token_axis else ()
+        return (self.batch, *tokens, self.num_heads, self.head_dim)
+
+    @property
+    def query_layout(self) -> str:
+        return "[batch, q_len, num_heads, head_dim]" if self.token_axis else "[batch, num_heads, head_dim]"
 
 
 def _require_tensor(value: object, name: str) -> torch.Tensor:
@@ -64,7 +78,9 @@ def check_tensors(
     q = _require_tensor(query, "query")
     k = _require_tensor(key_cache, "key_cache")
     v = _require_tensor(value_cache, "value_cache")
-    _require_dims(q, "query", QUERY_DIMS, "[batch, num_heads, head_dim]")
+    if q.dim() not in (QUERY_DIMS, TOKENS_QUERY_DIMS):
+        raise ValueError(f"query must be 3-D [batch, num_heads, head_dim] (one token per sequence) or 4-D "
+                         f"[batch, q_len, num_heads, head_dim], got shape {tuple(q.shape)}")
     _require_dims(k, "key_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
     _require_dims(v, "value_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
     if q.dtype not in DTYPE_NAMES:
@@ -80,7 +96,9 @@ def check_tensors(
     for name, tensor in (("query", q), ("key_cache", k), ("value_cache", v)):
         _require_contiguous(tensor, name)
     bt = check_table_tensor(block_table, q.device)
-    batch, num_heads, head_dim = q.shape
+    token_axis = q.dim() == TOKENS_QUERY_DIMS
+    batch, num_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
+    q_len = rules.validate_q_len(int(q.shape[1])) if token_axis else 1
     num_blocks, block_size, num_kv_heads, cache_dim = k.shape
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError(f"value_cache shape must equal key_cache's {tuple(k.shape)}, got {tuple(v.shape)}")
@@ -91,7 +109,7 @@ def check_tensors(
     shape = DecodeShape(
         batch=int(batch), num_heads=int(num_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
         block_size=int(block_size), num_blocks=int(num_blocks), max_pages=int(bt.shape[1]),
-        dtype=DTYPE_NAMES[q.dtype], device=q.device,
+        dtype=DTYPE_NAMES[q.dtype], device=q.device, q_len=q_len, token_axis=token_axis,
     )
     rules.validate_shape(
         batch=shape.batch, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
@@ -125,17 +143,20 @@ def lens_to_numpy(context_lens: object) -> np.ndarray:
 
 
 def check_context_lens(context_lens: object, shape: DecodeShape) -> np.ndarray:
-    """One length per sequence, each in ``[0, max_pages * block_size]`` (:func:`tiling.rules.validate_lengths`)."""
+    """One length per sequence, each in ``[0, max_pages * block_size]`` (:func:`tiling.rules.validate_lengths`)
+    and 0 or at least ``q_len`` (it counts the query tokens, :func:`tiling.rules.validate_query_tokens`)."""
     lens = lens_to_numpy(context_lens)
     rules.validate_lengths(lens, block_size=shape.block_size, max_pages=shape.max_pages, batch=shape.batch)
+    rules.validate_query_tokens(lens, shape.q_len)
     return lens
 
 
-def check_block_ids(block_table: torch.Tensor, lens: np.ndarray, shape: DecodeShape) -> None:
-    """The used block ids lie in ``[0, num_blocks)`` (:func:`tiling.rules.validate_block_ids`); reads the
-    table on the host, so the runner calls it only for backends whose tensors live on the CPU."""
+def check_block_ids(block_table: torch.Tensor, lens: np.ndarray, shape: DecodeShape, *, window_left: int = -1) -> None:
+    """The used block ids lie in ``[0, num_blocks)`` (:func:`tiling.rules.validate_block_ids`; with a window,
+    pages wholly before it may hold anything); reads the table on the host, so the runner calls it only for
+    backends whose tensors live on the CPU."""
     rules.validate_block_ids(block_table.detach().cpu().numpy(), lens, block_size=shape.block_size,
-                             num_blocks=shape.num_blocks)
+                             num_blocks=shape.num_blocks, q_len=shape.q_len, window_left=window_left)
 
 
 def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
@@ -144,11 +165,12 @@ def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def check_out(out: object, shape: DecodeShape, dtype: torch.dtype, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """A user-provided output: right shape, dtype, device, contiguous, sharing no memory with an input."""
+    """A user-provided output: right shape (the query's), dtype, device, contiguous, sharing no memory with an
+    input."""
     o = _require_tensor(out, "out")
-    expected = (shape.batch, shape.num_heads, shape.head_dim)
+    expected = shape.query_shape
     if tuple(o.shape) != expected:
-        raise ValueError(f"out shape must be {expected} [batch, num_heads, head_dim], got {tuple(o.shape)}")
+        raise ValueError(f"out shape must be {expected} {shape.query_layout}, got {tuple(o.shape)}")
     if o.dtype != dtype:
         raise TypeError(f"out dtype must be the query's {dtype}, got {o.dtype}")
     if o.device != shape.device:

@@ -17,12 +17,13 @@ import pytest
 from tiling import abi
 
 HEADER = Path(__file__).resolve().parent.parent / "kernel" / "pa_kernel_abi.h"
-DEFINE = re.compile(r"^#define\s+PA_(\w+)\s+(\d+)\b", re.MULTILINE)
+DEFINE = re.compile(r"^#define\s+PA_(\w+)\s+(0x[0-9A-Fa-f]+|\d+)\b", re.MULTILINE)
 KEY_LIST_COMMENT = re.compile(r"PA_KEY_LIST\[i\] in this order:\s*([\d,\s]+)")
 
 #: Header prefix -> the IntEnum that mirrors that family of defines.
 ENUM_PREFIXES: dict[str, type[IntEnum]] = {
     "ARG_": abi.ArgSlot, "TW_": abi.TilingWord, "BF_": abi.BatchField, "ERR_": abi.ErrorCode,
+    "FEATURE_": abi.Feature,
 }
 #: Header names whose Python mirror is not ``abi.<NAME>``.
 RENAMED = {"OK": "ErrorCode.OK", "NUM_KEYS": "len(KEY_LIST)"}
@@ -30,7 +31,7 @@ RENAMED = {"OK": "ErrorCode.OK", "NUM_KEYS": "len(KEY_LIST)"}
 
 def parse_defines(text: str) -> dict[str, int]:
     """``PA_NAME value`` for every integer ``#define`` (the include guard has no value and is skipped)."""
-    return {name: int(value) for name, value in DEFINE.findall(text)}
+    return {name: int(value, 0) for name, value in DEFINE.findall(text)}
 
 
 def python_value(name: str) -> int | None:
@@ -188,6 +189,32 @@ def test_split_count_formula_matches_the_library(backend: str) -> None:
         pytest.skip(f"{library_path(backend)} not built")
     handle = load_library(library_path(backend)).handle
     assert [abi.kv_splits(*case) for case in SPLIT_CASES] == [handle.pa_abi_kv_splits(*case) for case in SPLIT_CASES]
+
+
+#: (kv_len, q_len, window_left, block_size): no window, windows inside the first page, on a page boundary,
+#: wider than the context, several query tokens
+FIRST_TOKEN_CASES = [(1000, 1, -1, 128), (1000, 1, 127, 128), (1000, 4, 127, 128), (1000, 1, 0, 16), (129, 1, 0, 128),
+                     (128, 1, 0, 128), (300, 16, 1000, 64), (5000, 2, 128, 512), (1, 1, 0, 16), (0, 1, 5, 16)]
+
+
+@pytest.mark.parametrize("backend", ["mock", "sim"])
+def test_first_token_formula_matches_the_library(backend: str) -> None:
+    """``abi.kv_first_token`` against the header's ``pa_kv_first_token`` as each compiled library computes it."""
+    from launcher.library import library_path, load_library
+
+    if backend not in built_libraries():
+        pytest.skip(f"{library_path(backend)} not built")
+    handle = load_library(library_path(backend)).handle
+    c_cases = [(n, q, w & 0xFFFFFFFF, bs) for n, q, w, bs in FIRST_TOKEN_CASES]
+    assert [abi.kv_first_token(*case) for case in FIRST_TOKEN_CASES] == [
+        handle.pa_abi_kv_first_token(*case) for case in c_cases]
+
+
+def test_negative_control_a_window_one_token_short_is_caught() -> None:
+    """A formula that keeps W keys instead of W + 1 (window_left off by one) disagrees on a page boundary."""
+    def short(n: int, q: int, w: int, bs: int) -> int:
+        return 0 if w < 0 or n <= q + w - 1 else (n - q - w + 1) // bs * bs
+    assert any(short(*case) != abi.kv_first_token(*case) for case in FIRST_TOKEN_CASES)
 
 
 def test_negative_control_a_different_split_formula_is_caught() -> None:

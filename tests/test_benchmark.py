@@ -21,14 +21,13 @@ from fake_torch_npu import fake_torch_npu
 import bench_pa_performance
 from benchmark import compare, report, timing
 from benchmark.baselines import (
-    available_npu_peers,
     golden,
     max_abs_error,
     prepare_baseline,
-    prepare_ifa,
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
+from benchmark.npu_peers import available_npu_peers, prepare_ifa
 from tiling import abi
 from workloads import bytes_model, shapes
 from workloads.cases import BenchCase, build_case
@@ -259,7 +258,7 @@ def test_ifa_call_is_keyword_only_and_matches_the_documented_signature(small_cas
 
 def test_npu_peers_are_those_the_module_has() -> None:
     assert available_npu_peers(types.SimpleNamespace(npu_incre_flash_attention=None)) == ("ifa",)
-    assert available_npu_peers(fake_torch_npu([])) == ("ifa", "fia")
+    assert available_npu_peers(fake_torch_npu([])) == ("ifa", "fia", "fia-v2")
 
 
 # ---- torch peers against the golden, with a negative control --------------------------------------------

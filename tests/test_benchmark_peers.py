@@ -19,14 +19,13 @@ from fake_torch_npu import check_fia_tnd, fake_torch_npu
 
 from benchmark import report
 from benchmark.baselines import (
-    fia_arguments,
     golden,
     max_abs_error,
     parse_external,
     prepare_external,
-    prepare_fia,
     within_tolerance,
 )
+from benchmark.npu_peers import fia_arguments, prepare_fia
 from launcher.library import library_path
 from workloads import shapes
 from workloads.cases import BenchCase, build_case

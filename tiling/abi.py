@@ -1,4 +1,4 @@
-"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v2).
+"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v3).
 
 Every number the host needs to talk to a kernel lives in that header; this module gives each one a name so
 that no other file indexes the tiling tensor or the argument list with a bare number.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class ArgSlot(IntEnum):
@@ -28,12 +28,12 @@ class ArgSlot(IntEnum):
     RAZOR_OFFSET = 9
     SCALE = 10
     LOGN = 11
-    EYE = 12
+    SINKS = 12
     O = 13  # noqa: E741 - the contract's name for the output slot
     S = 14
     P = 15
     O_TMP = 16
-    GO = 17
+    LSE = 17
     O_CORE = 18
     L = 19
     K16 = 20
@@ -97,9 +97,33 @@ class TilingWord(IntEnum):
     HEADDIM_V_SPLIT_VECTOR_TAIL = 41
     HANDOFF_TOKENS = 42
     SCORE_STAGE_ELEMS = 43
+    Q_LEN = 44
+    WINDOW_LEFT = 45
+    SINKS_DTYPE = 46
+    LSE = 47
 
 
-TILING_HEADER_WORDS = 44
+TILING_HEADER_WORDS = 48
+
+SINKS_NONE = 0
+SINKS_FP32 = 1
+SINKS_FP16 = 2
+SINKS_BF16 = 3
+WINDOW_NONE = 0xFFFFFFFF
+MAX_Q_LEN = 16
+MAX_TASK_ROWS = 128
+
+
+class Feature(IntEnum):
+    """``pa_supported_features()`` bits (header ``PA_FEATURE_*``): what a library executes beyond ABI v2."""
+
+    MULTI_TOKEN = 1
+    WINDOW = 2
+    SINKS = 4
+    LSE = 8
+
+
+FEATURES_ALL = 15
 
 
 class BatchField(IntEnum):
@@ -214,6 +238,14 @@ def kv_splits(kv_len: int, block_size: int, kv_split: int) -> int:
     """
     aligned = -(-kv_len // block_size) * block_size
     return -(-aligned // kv_split)
+
+
+def kv_first_token(kv_len: int, q_len: int, window_left: int, block_size: int) -> int:
+    """The first KV token a sequence reads (header ``pa_kv_first_token``): 0 without a window (-1), else the
+    start of the page holding its first query token's window start ``kv_len - q_len - window_left``."""
+    if window_left < 0 or kv_len <= q_len + window_left:
+        return 0
+    return (kv_len - q_len - window_left) // block_size * block_size
 
 
 class ErrorCode(IntEnum):

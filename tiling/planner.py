@@ -19,13 +19,19 @@ from tiling.invariant import invariant_tile, split_invariant
 from tiling.rules import (
     DTYPES,
     lengths_array,
+    requested_features,
     validate_dtype,
     validate_lengths,
+    validate_option,
     validate_plan_options,
+    validate_q_len,
+    validate_query_tokens,
     validate_scale,
     validate_shape,
+    validate_sinks_dtype,
+    validate_window_left,
 )
-from tiling.splits import CoreSplit, Strategy, choose_tile, headnum_move, split_cores
+from tiling.splits import CoreSplit, Strategy, cap_task_rows, choose_tile, headnum_move, split_cores
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
 #: ATB's PP_MM bucket for a single query token.
@@ -63,10 +69,28 @@ class PagedAttentionPlan:
     batch_invariant: bool = False
     #: Tokens per cube->vector hand-off the kernel runs (tiling word 42, or ABI v1's 512 when it is 0).
     handoff_tokens: int = abi.DEFAULT_HANDOFF_TOKENS
+    #: Decode features (ABI v3 words 44-47): query tokens per sequence, the window (-1: none), the sinks'
+    #: element type (None: no sinks) and whether the launch writes each row's lse.
+    q_len: int = 1
+    window_left: int = -1
+    sinks_dtype: str | None = None
+    return_lse: bool = False
 
     @property
     def nonempty_batch(self) -> int:
         return sum(1 for n in self.context_lens if n > 0)
+
+    @property
+    def kv_read_lens(self) -> tuple[int, ...]:
+        """Tokens of each sequence's KV range the launch reads: from its window's first page to its end."""
+        return tuple(n - abi.kv_first_token(n, self.q_len, self.window_left, self.block_size) if n else 0
+                     for n in self.context_lens)
+
+    @property
+    def features(self) -> int:
+        """The :class:`abi.Feature` bits this plan asks of a library."""
+        return requested_features(q_len=self.q_len, window_left=self.window_left, sinks_dtype=self.sinks_dtype,
+                                  return_lse=self.return_lse)
 
 
 def _float_bits(value: float) -> int:
@@ -110,6 +134,8 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         t.HEADDIM_V_SPLIT_VECTOR_FORMER: min(d, abi.MAX_HEAD_DIM),
         t.HEADDIM_V_SPLIT_VECTOR_TAIL: min(d, abi.MAX_HEAD_DIM),
         t.HANDOFF_TOKENS: v["handoff_tokens"], t.SCORE_STAGE_ELEMS: v["score_stage_elems"],
+        t.Q_LEN: v["q_len"], t.WINDOW_LEFT: v["window_left"] & UINT32_MASK, t.SINKS_DTYPE: v["sinks_code"],
+        t.LSE: v["lse"],
     }
     for word, value in values.items():
         words[word] = value
@@ -121,16 +147,18 @@ def gather_order(lens: np.ndarray) -> np.ndarray:
 
 
 def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
-                  kv_core_num: int, gather: np.ndarray) -> None:
-    """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs."""
+                  kv_core_num: int, gather: np.ndarray, q_len: int) -> None:
+    """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs; a slot holds q_len x
+    num_heads rows."""
     f = abi.BatchField
     batch = lens.size
     slots = np.arange(batch, dtype=np.int64)
     nonempty = (lens > 0).astype(np.int64)
     before = np.concatenate(([0], np.cumsum(nonempty)[:-1])).astype(np.int64)
-    row_elems = num_heads * head_dim
+    rows = q_len * num_heads
+    row_elems = rows * head_dim
     columns = {
-        f.Q_SEQLEN: nonempty,
+        f.Q_SEQLEN: nonempty * q_len,
         f.KV_SEQLEN: lens.astype(np.int64),
         f.M_UBD: np.full(batch, DECODE_M_UBD, np.int64),
         f.BLOCK_SIZE: np.full(batch, block_size, np.int64),
@@ -141,7 +169,7 @@ def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_d
     pairs = {
         (f.ADDR_Q_HI, f.ADDR_Q_LO): slots * row_elems,
         (f.ADDR_O_HI, f.ADDR_O_LO): slots * row_elems,
-        (f.ADDR_L_HI, f.ADDR_L_LO): before * kv_core_num * num_heads,
+        (f.ADDR_L_HI, f.ADDR_L_LO): before * kv_core_num * rows,
         (f.ADDR_OFD_HI, f.ADDR_OFD_LO): before * row_elems,
     }
     table = words[abi.TILING_HEADER_WORDS:].reshape(batch, abi.TILING_BATCH_WORDS)
@@ -168,6 +196,10 @@ def plan_paged_attention(
     batch_invariant: bool = False,
     handoff_tokens: int | None = None,
     grid: CoreSplit | None = None,
+    q_len: int = 1,
+    window_left: int = -1,
+    sinks_dtype: str | None = None,
+    return_lse: bool = False,
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
@@ -182,6 +214,11 @@ def plan_paged_attention(
     task: heads per task x hand-off tokens.  ``grid`` plans that task grid instead of the planner's own choice
     (tools that rank grids, :mod:`timing.plan_search`, :mod:`timing.ragged`); a ragged batch still gets its
     balanced gather order for it, as a forced strategy does.
+
+    Decode features (README, "Decode features"): ``q_len`` query tokens per sequence (``context_lens`` counts
+    them; a task then holds heads x q_len rows, at most ``abi.MAX_TASK_ROWS``), ``window_left`` (-1 or W >= 0:
+    the grid and the splits cover only the pages from each sequence's first window page on), ``sinks_dtype``
+    (None, 'fp32', 'fp16', 'bf16') and ``return_lse``.
     """
     validate_dtype(dtype)
     validate_plan_options(strategy=strategy, batch_invariant=batch_invariant, handoff_tokens=handoff_tokens)
@@ -195,8 +232,15 @@ def plan_paged_attention(
                          "(PagedAttentionRunner.update accepts one and launches nothing)")
     validate_lengths(lens, block_size=block_size, max_pages=max_pages)
     scale = validate_scale(scale, head_dim)
+    q_len, window_left = validate_q_len(q_len), validate_window_left(window_left)
+    sinks_code = validate_sinks_dtype(sinks_dtype)
+    validate_option("return_lse", return_lse, (True, False))
+    validate_query_tokens(lens, q_len)
     batch = int(lens.size)
-    max_kv = int(lens.max())
+    # the grid is planned on the KV range each sequence reads (its window's pages), not its whole context
+    first = np.array([abi.kv_first_token(int(n), q_len, window_left, block_size) for n in lens], dtype=np.int64)
+    read = (lens - first).astype(lens.dtype)
+    max_kv = int(read.max())
     tile = invariant_tile(block_size, head_dim) if batch_invariant else choose_tile(block_size, head_dim)
     if grid is not None:
         split = grid
@@ -204,27 +248,30 @@ def plan_paged_attention(
         split = split_invariant(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
     else:
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
-    gather = gather_order(lens)
-    if lens.min() != lens.max():  # departure 10; a pinned grid (given, forced, batch-invariant) only gets the order
+    if grid is None:
+        split = cap_task_rows(split, q_len, num_heads, num_kv_heads)
+    gather = gather_order(read)
+    if read.min() != read.max():  # departure 10; a pinned grid (given, forced, batch-invariant) only gets the order
         split, gather = balance_ragged(
-            split, lens, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
+            split, read, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
             head_dim=head_dim, core_count=core_count,
             grid_fixed=grid is not None or batch_invariant or strategy != "auto")
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
     handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
-    stage = max_task_heads(split) * handoff if handoff else 0
+    stage = max_task_heads(split) * q_len * handoff if handoff else 0
     words = np.zeros(abi.tiling_words(batch), dtype=np.uint32)
     _header(
         words, split, key, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         num_blocks=num_blocks, block_size=block_size, max_pages=max_pages, scale_bits=_float_bits(scale),
-        max_kv=max_kv, tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
+        max_kv=int(lens.max()), tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
+        q_len=q_len, window_left=window_left, sinks_code=sinks_code, lse=int(return_lse),
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
-                  kv_core_num=split.kv_core_num, gather=gather)
+                  kv_core_num=split.kv_core_num, gather=gather, q_len=q_len)
     words.setflags(write=False)
     sizes = workspace_sizes(
         block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
-        num_heads=num_heads, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
+        num_heads=num_heads * q_len, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
     )
     return PagedAttentionPlan(
         tiling=words, block_dim=split.block_dim, key=key, workspace=sizes, strategy=split.strategy,
@@ -232,5 +279,6 @@ def plan_paged_attention(
         split=split, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
         context_lens=tuple(lens.tolist()), batch_invariant=batch_invariant,
-        handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS,
+        handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS, q_len=q_len, window_left=window_left,
+        sinks_dtype=sinks_dtype, return_lse=bool(return_lse),
     )

@@ -106,13 +106,25 @@ def validate_lengths(lens: np.ndarray, *, block_size: int, max_pages: int, batch
         )
 
 
-def validate_block_ids(table: np.ndarray, lens: np.ndarray, *, block_size: int, num_blocks: int) -> None:
-    """Block ids a sequence uses (its first ``ceil(len / block_size)`` entries) lie in ``[0, num_blocks)``.
+def first_pages(lens: np.ndarray, *, block_size: int, q_len: int = 1, window_left: int = -1) -> np.ndarray:
+    """Each sequence's first page read: 0 without a window, else the page of its first query token's window
+    start (``abi.kv_first_token``); pages before it are never read and may hold any id."""
+    return np.array([abi.kv_first_token(int(n), q_len, window_left, block_size) // block_size for n in lens],
+                    dtype=np.int64).reshape(lens.shape)
 
-    Entries past a sequence's last page are never read by the kernel and may hold anything (e.g. -1).
+
+def validate_block_ids(table: np.ndarray, lens: np.ndarray, *, block_size: int, num_blocks: int, q_len: int = 1,
+                       window_left: int = -1) -> None:
+    """Block ids a sequence uses (its pages from the first its window reaches to ``ceil(len / block_size)``) lie
+    in ``[0, num_blocks)``.
+
+    Entries past a sequence's last page, and with a window those of pages wholly before every query token's
+    window, are never read by the kernel and may hold anything (e.g. -1: engines free such pages).
     """
     pages = -(-lens // block_size)
-    used = np.arange(table.shape[1])[None, :] < pages[:, None]
+    column = np.arange(table.shape[1])[None, :]
+    used = (column < pages[:, None]) & (column >= first_pages(lens, block_size=block_size, q_len=q_len,
+                                                               window_left=window_left)[:, None])
     bad = used & ((table < 0) | (table >= num_blocks))
     if bad.any():
         rows, cols = np.nonzero(bad)
@@ -124,6 +136,59 @@ def validate_block_ids(table: np.ndarray, lens: np.ndarray, *, block_size: int, 
             f"block ids used by a sequence must be in [0, num_blocks) = [0, {num_blocks}), got {listed}"
             f"{' ...' if rows.size > MAX_REPORTED else ''} ({int(bad.sum())} bad entries among the pages in use)"
         )
+
+
+def validate_q_len(q_len: object) -> int:
+    """Query tokens per sequence: an int in ``[1, abi.MAX_Q_LEN]`` (the kernel contract's limit)."""
+    if not isinstance(q_len, int | np.integer) or isinstance(q_len, bool):
+        raise TypeError(f"q_len must be an int, got {type(q_len).__name__}")
+    _require(1 <= int(q_len) <= abi.MAX_Q_LEN,
+             f"q_len (query tokens per sequence) must be in [1, {abi.MAX_Q_LEN}] (the kernel contract's limit), "
+             f"got {int(q_len)}")
+    return int(q_len)
+
+
+def validate_window_left(window_left: object) -> int:
+    """``window_left``: -1 (no window) or W >= 0 (keys ``p - W .. p``, FlashInfer's convention)."""
+    if not isinstance(window_left, int | np.integer) or isinstance(window_left, bool):
+        raise TypeError(f"window_left must be an int (-1: no window, W >= 0: keep keys p - W .. p), "
+                        f"got {type(window_left).__name__}")
+    _require(-1 <= int(window_left) < 2**31 - 1,
+             f"window_left must be -1 (no window) or >= 0 (keep keys p - W .. p: a sliding_window of 128 in "
+             f"transformers is window_left=127), got {int(window_left)}")
+    return int(window_left)
+
+
+#: Sinks element types by dtype name, as PA_TW_SINKS_DTYPE codes.
+SINKS_DTYPES: dict[str, int] = {"fp32": abi.SINKS_FP32, "fp16": abi.SINKS_FP16, "bf16": abi.SINKS_BF16}
+
+
+def validate_sinks_dtype(sinks_dtype: object) -> int:
+    """``None`` (no sinks) or one of :data:`SINKS_DTYPES`; returns the tiling word's code."""
+    if sinks_dtype is None:
+        return abi.SINKS_NONE
+    if not isinstance(sinks_dtype, str) or sinks_dtype not in SINKS_DTYPES:
+        raise TypeError(f"sinks must be float32, float16 or bfloat16 (one logit per query head), got {sinks_dtype}")
+    return SINKS_DTYPES[str(sinks_dtype)]
+
+
+def validate_query_tokens(lens: np.ndarray, q_len: int) -> None:
+    """A sequence holds its ``q_len`` query tokens: ``context_len`` is 0 (an empty row) or at least ``q_len``."""
+    short = np.flatnonzero((lens > 0) & (lens < q_len))
+    if short.size:
+        index = int(short[0])
+        raise ValueError(
+            f"context_lens counts the query tokens: with q_len={q_len} each must be 0 (an empty row) or >= "
+            f"{q_len}, got {int(lens[index])} at index {index}")
+
+
+def requested_features(*, q_len: int, window_left: int, sinks_dtype: str | None, return_lse: bool) -> int:
+    """The :class:`abi.Feature` bits a step with these (validated) options asks of a library: the one definition
+    the planner's ``PagedAttentionPlan.features`` and the launcher's refusal of an unsupported feature share."""
+    bits = abi.Feature.MULTI_TOKEN if q_len > 1 else 0
+    bits |= abi.Feature.WINDOW if window_left >= 0 else 0
+    bits |= abi.Feature.SINKS if sinks_dtype is not None else 0
+    return int(bits | (abi.Feature.LSE if return_lse else 0))
 
 
 def validate_scale(scale: object, head_dim: int) -> float:

@@ -11,7 +11,7 @@ Pure integer arithmetic, no arrays.  The rules follow ATB's ``SplitCoreND`` fami
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tiling import abi
@@ -275,6 +275,32 @@ def splits_a_group(split: CoreSplit, group: int) -> bool:
     whole = min(group, abi.HEAD_SPLIT_LIMIT)
     heads = [split.former_head] + ([split.tail_head] if split.tail_batch else [])
     return any(h < whole for h in heads)
+
+
+def cap_task_rows(split: CoreSplit, q_len: int, num_heads: int, num_kv_heads: int) -> CoreSplit:
+    """With ``q_len`` query tokens a task computes heads x q_len rows; the scratch holds ``abi.MAX_TASK_ROWS``
+    (o_tmp's half at D = 256), so tasks of more heads than ``MAX_TASK_ROWS // q_len`` are cut to that many,
+    whole KV groups where a group fits.  The task loop strides by the launched cores, so more tasks per pass
+    need no change of ``block_dim``."""
+    limit = max(1, abi.MAX_TASK_ROWS // q_len)
+    if q_len == 1 or max(split.former_head, split.tail_head) <= limit:
+        return split
+    group = num_heads // num_kv_heads
+
+    def cut(heads: int) -> int:
+        if heads <= limit:
+            return heads
+        return limit // group * group if group <= limit else limit
+
+    former = cut(split.former_head) if split.former_batch else split.former_head
+    tail = cut(split.tail_head) if split.tail_batch else split.tail_head
+    per_pass = ceil_div(num_heads, former) * split.kv_core_num if split.former_batch else 0
+    tasks = split.former_batch * per_pass + (split.tail_batch * ceil_div(num_heads, tail) if split.tail_batch else 0)
+    return replace(
+        split, former_head=former, tail_head=tail, task_count=tasks,
+        former_group_move=group_move(former, group, num_kv_heads) if split.former_batch else split.former_group_move,
+        tail_group_move=group_move(tail, group, num_kv_heads) if split.tail_batch else split.tail_group_move,
+    )
 
 
 def headnum_move(num_heads: int, num_kv_heads: int, head_dim: int) -> int:

@@ -61,7 +61,7 @@ def workspace_sizes(
 
 def capacity_workspace(
     *, core_count: int, elem_bytes: int, max_batch: int, num_heads: int, head_dim: int, max_pages: int,
-    handoff_tokens: int | None, kv_split_limit: int,
+    handoff_tokens: int | None, kv_split_limit: int, q_len: int = 1,
 ) -> WorkspaceSizes:
     """Sizes that hold the workspace of every plan a runner of this capacity can make (engines allocate once).
 
@@ -70,11 +70,14 @@ def capacity_workspace(
     hand-off is :data:`abi.DEFAULT_HANDOFF_TOKENS` unless one is forced; 0 keeps ABI v1's fixed strides); kvCN
     is at most ``kv_split_limit`` (the combine's cap, ``splits.combine_split_limit``) and at most the pages of
     the longest sequence, and partials exist for at most ``max_batch`` non-empty sequences.
-    ``tests/test_runner_engine.py`` checks the bound against random plans.
+    ``tests/test_runner_engine.py`` checks the bound against random plans.  With ``q_len`` query tokens a task's
+    rows are its heads x q_len, at most :data:`abi.MAX_TASK_ROWS` (the planner's cap, ``splits.cap_task_rows``),
+    and the partials hold q_len rows per head.
     """
     handoff = abi.DEFAULT_HANDOFF_TOKENS if handoff_tokens is None else handoff_tokens
-    stage = num_heads * handoff if handoff else 0
+    rows = num_heads if q_len == 1 else min(num_heads * q_len, max(abi.MAX_TASK_ROWS, q_len))
+    stage = rows * handoff if handoff else 0
     return workspace_sizes(
-        block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads,
+        block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads * q_len,
         head_dim=head_dim, kv_core_num=max(1, min(kv_split_limit, max_pages)), score_stage_elems=stage,
     )

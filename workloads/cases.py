@@ -15,13 +15,21 @@ from workloads.bytes_model import pages_used
 from workloads.shapes import BenchShape
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+#: Sinks are bf16, the one dtype FIA v2's ``learnable_sink`` takes (pa-kit takes fp32/bf16/fp16).
+SINK_DTYPE = torch.bfloat16
+#: Spread of the sink logits around the log of a row's softmax denominator (see :func:`draw_sinks`).
+SINK_SPREAD = 1.5
 #: Spare pages in the cache beyond what the sequences use, so that the shuffled table spans a larger cache.
 SPARE_PAGE_FRACTION = 0.125
 
 
 @dataclass
 class BenchCase:
-    """The tensors of one shape on one device.  ``block_table`` rows are shuffled over a larger cache."""
+    """The tensors of one shape on one device.  ``block_table`` rows are shuffled over a larger cache.
+
+    ``query`` is ``[batch, num_heads, head_dim]``, or ``[batch, q_len, num_heads, head_dim]`` when the shape has
+    more than one query token per sequence; ``sinks`` ``[num_heads]`` (bf16) when it has sinks.
+    """
 
     shape: BenchShape
     device: str
@@ -31,7 +39,21 @@ class BenchCase:
     block_table: torch.Tensor
     context_lens: torch.Tensor
     scale: float
+    sinks: torch.Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def window_left(self) -> int:
+        return self.shape.window_left
+
+
+def draw_sinks(shape: BenchShape, gen: torch.Generator) -> torch.Tensor:
+    """One logit per query head, around the log of the softmax denominator of a row (keys attended, each
+    ``e^(1/2)`` on average for N(0, 1) scores): a sink then carries a visible share of every row's weight, so an
+    implementation that drops or misplaces it fails the golden check."""
+    keys = shape.max_context if shape.window_left < 0 else min(shape.max_context, shape.window_left + 1)
+    center = math.log(keys) + 0.5
+    return (center + SINK_SPREAD * torch.randn(shape.num_heads, generator=gen)).to(SINK_DTYPE)
 
 
 def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
@@ -42,7 +64,8 @@ def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
     total = sum(pages)
     num_blocks = total + max(1, math.ceil(total * SPARE_PAGE_FRACTION))
     page_shape = (shape.block_size, shape.num_kv_heads, shape.head_dim)
-    query = torch.randn(shape.batch, shape.num_heads, shape.head_dim, generator=gen, dtype=dtype)
+    tokens = (shape.batch, shape.q_len) if shape.q_len > 1 else (shape.batch,)
+    query = torch.randn(*tokens, shape.num_heads, shape.head_dim, generator=gen, dtype=dtype)
     key_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
     value_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
     order = torch.randperm(num_blocks, generator=gen)[:total].to(torch.int32)
@@ -54,4 +77,5 @@ def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
         start += count
     lens = torch.tensor(shape.context_lens, dtype=torch.int32)
     tensors = [t.to(device) for t in (query, key_cache, value_cache, block_table, lens)]
-    return BenchCase(shape, device, *tensors, scale=1.0 / math.sqrt(shape.head_dim))
+    sinks = draw_sinks(shape, gen).to(device) if shape.sinks else None  # drawn last: other tensors keep their seeds
+    return BenchCase(shape, device, *tensors, scale=1.0 / math.sqrt(shape.head_dim), sinks=sinks)

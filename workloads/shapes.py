@@ -1,8 +1,13 @@
-"""Benchmark shapes: the named sets (`default`, `pr`, `long`, `ragged`) and the single-shape flags.
+"""Benchmark shapes: the named sets (`default`, `pr`, `long`, `ragged`, `features`) and the single-shape flags.
 
-A shape is pure description (no tensors): batch, heads, head_dim, page size, dtype and the context length of
-every sequence.  Its ``shape_id`` is stable across runs and machines, because the regression gate
-(``benchmark/compare.py``) matches results by it.
+A shape is pure description (no tensors): batch, heads, head_dim, page size, dtype, the context length of
+every sequence, and the decode features it asks for (query tokens per sequence, sliding window, sinks, lse).
+Its ``shape_id`` is stable across runs and machines, because the regression gate (``benchmark/compare.py``)
+matches results by it; a shape without features keeps the id it always had.
+
+Feature semantics are pa-kit's (``accuracy/reference.py``): ``context_lens`` counts the query tokens, token
+``s`` of a sequence sits at ``p = context - q_len + s`` and attends causally to keys ``0..p``; ``window_left
+= W >= 0`` keeps keys ``max(0, p - W)..p``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,24 @@ RAGGED_BATCH = 32
 RAGGED_MIN_TOKENS = 16
 RAGGED_MAX_TOKENS = 16384
 
-SHAPE_SETS = ("default", "pr", "long", "ragged")
+#: Query tokens per sequence pa-kit takes (1 = plain decode; more = speculative decoding / MTP verification).
+MAX_Q_LEN = 16
+#: gpt-oss-20b's attention: 64 query and 8 KV heads of 64, bf16, a 128-token sliding window on every other layer
+#: (transformers' ``sliding_window=128`` keeps the last 128 keys: window_left 127) and one sink per query head.
+GPT_OSS_HEADS, GPT_OSS_KV_HEADS, GPT_OSS_HEAD_DIM, GPT_OSS_DTYPE = 64, 8, 64, "bf16"
+GPT_OSS_SLIDING_WINDOW = 128
+
+SHAPE_SETS = ("default", "pr", "long", "ragged", "features")
+
+
+def window_left_of(sliding_window: int | None) -> int:
+    """pa-kit's ``window_left`` for a model config's ``sliding_window`` (tokens kept, the current one included,
+    as transformers and vLLM count it): ``sliding_window - 1``; ``None`` (no window) is -1."""
+    if sliding_window is None:
+        return -1
+    if sliding_window < 1:
+        raise ValueError(f"sliding_window must be >= 1 or None, got {sliding_window}")
+    return sliding_window - 1
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,14 @@ class BenchShape:
     dtype: str
     context_lens: tuple[int, ...]
     seed: int = DEFAULT_SEED
+    #: query tokens per sequence (counted in ``context_lens``)
+    q_len: int = 1
+    #: keys ``p - window_left .. p`` of a token at ``p`` (-1: all keys up to ``p``)
+    window_left: int = -1
+    #: one sink logit per query head in the softmax denominator (gpt-oss)
+    sinks: bool = False
+    #: the launch also returns each row's log-sum-exp (natural log, sink included)
+    lse: bool = False
 
     @property
     def batch(self) -> int:
@@ -61,17 +91,46 @@ class BenchShape:
         """Query heads per KV head (1 = MHA, num_heads = MQA)."""
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The decode features beyond one-token attention this shape needs, by name."""
+        names = []
+        if self.q_len > 1:
+            names.append("multi-token")
+        if self.window_left >= 0:
+            names.append("window")
+        if self.sinks:
+            names.append("sinks")
+        if self.lse:
+            names.append("lse")
+        return tuple(names)
+
+    @property
+    def features_label(self) -> str:
+        """e.g. ``q2 w127 sinks lse``; empty for plain decode."""
+        return features_suffix(self.q_len, self.window_left, self.sinks, self.lse).replace("_", " ").strip()
+
 
 def tokens_label(tokens: int) -> str:
     """2048 -> "2k", 131072 -> "128k", 300 -> "300"."""
     return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
+def features_suffix(q_len: int = 1, window_left: int = -1, sinks: bool = False, lse: bool = False) -> str:
+    """``_q2_w127_sinks_lse``: the features part of a shape id (empty for plain decode)."""
+    parts = [f"q{q_len}"] if q_len > 1 else []
+    parts += [f"w{window_left}"] if window_left >= 0 else []
+    parts += ["sinks"] if sinks else []
+    parts += ["lse"] if lse else []
+    return "".join(f"_{p}" for p in parts)
+
+
 def shape_id_for(
-    *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str, context: str
+    *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str, context: str,
+    features: str = "",
 ) -> str:
-    """Stable id, e.g. ``b64_h32kv8_d128_ctx2k_bs128_fp16``."""
-    return f"b{batch}_h{num_heads}kv{num_kv_heads}_d{head_dim}_ctx{context}_bs{block_size}_{dtype}"
+    """Stable id, e.g. ``b64_h32kv8_d128_ctx2k_bs128_fp16`` (+ :func:`features_suffix`)."""
+    return f"b{batch}_h{num_heads}kv{num_kv_heads}_d{head_dim}_ctx{context}_bs{block_size}_{dtype}{features}"
 
 
 def uniform_shape(
@@ -84,13 +143,27 @@ def uniform_shape(
     block_size: int = BLOCK_SIZE,
     dtype: str = "fp16",
     seed: int = DEFAULT_SEED,
+    q_len: int = 1,
+    window_left: int = -1,
+    sinks: bool = False,
+    lse: bool = False,
 ) -> BenchShape:
-    """Every sequence attends to ``context`` tokens."""
+    """Every sequence attends to ``context`` tokens (its ``q_len`` query tokens included)."""
     validate_arguments(batch=batch, context=context, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                       head_dim=head_dim, block_size=block_size, dtype=dtype)
+                       head_dim=head_dim, block_size=block_size, dtype=dtype, q_len=q_len, window_left=window_left)
     sid = shape_id_for(batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                       block_size=block_size, dtype=dtype, context=tokens_label(context))
-    return BenchShape(sid, num_heads, num_kv_heads, head_dim, block_size, dtype, (context,) * batch, seed)
+                       block_size=block_size, dtype=dtype, context=tokens_label(context),
+                       features=features_suffix(q_len, window_left, sinks, lse))
+    return BenchShape(sid, num_heads, num_kv_heads, head_dim, block_size, dtype, (context,) * batch, seed,
+                      q_len=q_len, window_left=window_left, sinks=sinks, lse=lse)
+
+
+def gpt_oss_shape(batch: int, context: int, *, q_len: int = 1, lse: bool = False,
+                  seed: int = DEFAULT_SEED) -> BenchShape:
+    """A gpt-oss-20b sliding-window layer (64/8 heads of 64, bf16, window_left 127, sinks), pages of 128."""
+    return uniform_shape(batch, context, num_heads=GPT_OSS_HEADS, num_kv_heads=GPT_OSS_KV_HEADS,
+                         head_dim=GPT_OSS_HEAD_DIM, dtype=GPT_OSS_DTYPE, seed=seed, q_len=q_len,
+                         window_left=window_left_of(GPT_OSS_SLIDING_WINDOW), sinks=True, lse=lse)
 
 
 def log_uniform_lengths(batch: int, low: int, high: int, seed: int) -> tuple[int, ...]:
@@ -144,17 +217,30 @@ def default_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
     ]
 
 
+def feature_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
+    """The decode features: speculative decoding (2 and 4 query tokens per sequence) on the default family, and
+    gpt-oss-20b's sliding-window layer with sinks at batch 64, alone and verifying one draft token with lse
+    returned (a window of 128 keys moves little per sequence: the batch makes it a bandwidth case)."""
+    return [
+        uniform_shape(8, 4096, q_len=2, seed=seed),
+        uniform_shape(8, 4096, q_len=4, seed=seed),
+        gpt_oss_shape(64, 4096, seed=seed),
+        gpt_oss_shape(64, 4096, q_len=2, lse=True, seed=seed),
+    ]
+
+
 def shape_set(name: str, seed: int = DEFAULT_SEED) -> list[BenchShape]:
     """The named set with inputs drawn from ``seed``; ``ValueError`` names the valid sets."""
     builders = {"default": default_shapes, "pr": pr_shapes, "long": long_shapes,
-                "ragged": lambda seed: [ragged_shape(seed=seed)]}
+                "ragged": lambda seed: [ragged_shape(seed=seed)], "features": feature_shapes}
     if name not in builders:
         raise ValueError(f"--shapes must be one of {', '.join(SHAPE_SETS)}, got {name!r}")
     return builders[name](seed)
 
 
 def validate_arguments(
-    *, batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str
+    *, batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str,
+    q_len: int = 1, window_left: int = -1,
 ) -> None:
     """Cheap checks of the single-shape flags, so a typo fails before any tensor is built.
 
@@ -169,3 +255,9 @@ def validate_arguments(
         raise ValueError(f"--heads must be a multiple of --kv-heads, got {num_heads} and {num_kv_heads}")
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if not 1 <= q_len <= MAX_Q_LEN:
+        raise ValueError(f"--q-len must be in 1..{MAX_Q_LEN}, got {q_len}")
+    if q_len > context:
+        raise ValueError(f"--ctx counts the query tokens: it must be >= --q-len {q_len}, got {context}")
+    if window_left < -1:
+        raise ValueError(f"--window-left must be >= 0, or -1 for no window, got {window_left}")

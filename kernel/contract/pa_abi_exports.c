@@ -3,7 +3,7 @@
  * compiled library rather than against a copy: the layout of the mock-API records (pa_mock_config,
  * pa_mock_error) and the ABI's split-count formula.  launcher/mock_api.py compares its ctypes structures
  * with pa_mock_struct_layout() when it loads a library; tests/test_abi_mirror.py compares tiling/abi.py's
- * kv_splits with pa_abi_kv_splits().  Compiles as C11 and as C++.
+ * kv_splits with pa_abi_kv_splits() and kv_first_token with pa_abi_kv_first_token().  Compiles as C11 and as C++.
  */
 #include <stddef.h>
 
@@ -43,6 +43,11 @@ PA_CONTRACT_EXPORT uint32_t pa_abi_kv_splits(uint32_t kv_len, uint32_t block_siz
         return 0; /* not a valid launch; the formula is undefined there */
     }
     return pa_kv_splits(kv_len, block_size, kv_split);
+}
+
+PA_CONTRACT_EXPORT uint32_t pa_abi_kv_first_token(uint32_t kv_len, uint32_t q_len, uint32_t window_left,
+                                                  uint32_t block_size) {
+    return block_size ? pa_kv_first_token(kv_len, q_len, window_left, block_size) : 0;
 }
 
 #ifdef __cplusplus

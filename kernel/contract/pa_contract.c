@@ -1,5 +1,5 @@
 /*
- * The kernel contract checker (see pa_contract.h): every host obligation of ABI v2, checked once per launch
+ * The kernel contract checker (see pa_contract.h): every host obligation of ABI v3, checked once per launch
  * on the calling thread, in the mock device and in the simulation alike.  Its checks cost O(batch) and run
  * in checked and unchecked mode, so a contract error never depends on the mode, the thread count or the
  * kernel behind the library.
@@ -36,6 +36,8 @@ uint64_t pa_contract_elem_bytes(int32_t slot) {
     switch (slot) {
     case PA_ARG_Q: case PA_ARG_K: case PA_ARG_V: case PA_ARG_O: case PA_ARG_P:
         return 2;
+    case PA_ARG_SINKS:
+        return 1;
     default:
         return 4;
     }
@@ -130,6 +132,16 @@ static int32_t check_pointers(const pa_contract *c, void *const ptrs[PA_NUM_PTR_
                         "%s is NULL but key %u needs it", pa_contract_slot_name(slot), c->key);
         }
     }
+    static const int32_t features[] = {PA_ARG_SINKS, PA_ARG_LSE};
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; ++i) {
+        int32_t slot = features[i];
+        int on = slot == PA_ARG_SINKS ? c->sinks_dtype != PA_SINKS_NONE : c->lse;
+        if (on && !ptrs[slot]) {
+            return FAIL(PA_ERR_NULL_POINTER, slot, PA_CONTRACT_NONE, c->extent[slot], PA_CONTRACT_NONE,
+                        "%s is NULL but the tiling asks for it (word %d)", pa_contract_slot_name(slot),
+                        slot == PA_ARG_SINKS ? PA_TW_SINKS_DTYPE : PA_TW_LSE);
+        }
+    }
     if (ptrs[PA_ARG_MASK]) {
         return FAIL(PA_ERR_NULL_POINTER, PA_ARG_MASK, PA_CONTRACT_NONE, c->extent[PA_ARG_MASK], PA_CONTRACT_NONE,
                     "mask pointer must be NULL in decode (a kernel gating the mask on the pointer would read it)");
@@ -172,18 +184,22 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     c->former_head = t[PA_TW_FORMER_HEAD];
     c->tail_head = t[PA_TW_TAIL_HEAD];
     uint32_t head_limit = c->num_heads < PA_HEAD_SPLIT_LIMIT ? c->num_heads : PA_HEAD_SPLIT_LIMIT;
+    if (c->q_len > 1) { /* a task's rows are its heads x q_len, at most PA_MAX_TASK_ROWS */
+        uint32_t rows_limit = PA_MAX_TASK_ROWS / c->q_len ? PA_MAX_TASK_ROWS / c->q_len : 1;
+        head_limit = head_limit < rows_limit ? head_limit : rows_limit;
+    }
     REQUIRE_WORD((uint64_t)c->former_batch + c->tail_batch == c->batch, PA_TW_FORMER_BATCH,
                  "former + tail batches must equal DECODER_BS");
     if (c->former_batch) {
         REQUIRE_WORD(c->former_head >= 1 && c->former_head <= head_limit, PA_TW_FORMER_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, PA_MAX_TASK_ROWS / q_len)]");
         REQUIRE_WORD(group_move_ok(t[PA_TW_FORMER_GROUP_MOVE], c->former_head, c->group, c->kv_heads),
                      PA_TW_FORMER_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
     if (c->tail_batch) {
         REQUIRE_WORD(!c->split_kv, PA_TW_TAIL_BATCH, "split-KV keys have no tail pass");
         REQUIRE_WORD(c->tail_head >= 1 && c->tail_head <= head_limit, PA_TW_TAIL_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, PA_MAX_TASK_ROWS / q_len)]");
         REQUIRE_WORD(group_move_ok(t[PA_TW_TAIL_GROUP_MOVE], c->tail_head, c->group, c->kv_heads),
                      PA_TW_TAIL_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
@@ -209,6 +225,7 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     if (c->tail_batch && c->tail_head > heads) {
         heads = c->tail_head;
     }
+    heads *= c->q_len; /* scratch rows: heads x query tokens */
     uint64_t tile_cols = round_up(tile < c->kv_split ? tile : c->kv_split, PA_TILE_ALIGN_TOKENS);
     uint32_t handoff = t[PA_TW_HANDOFF_TOKENS], stage = t[PA_TW_SCORE_STAGE_ELEMS];
     REQUIRE_WORD((handoff == 0) == (stage == 0), PA_TW_SCORE_STAGE_ELEMS,
@@ -219,12 +236,29 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     c->s_half = stage ? stage : PA_S_HALF_ELEMS;
     c->p_half = stage ? stage : PA_P_HALF_ELEMS;
     REQUIRE_WORD(heads * c->handoff_tokens <= c->s_half && heads * c->handoff_tokens <= c->p_half,
-                 PA_TW_SCORE_STAGE_ELEMS, "the S/P stage must hold heads per task x hand-off tokens");
+                 PA_TW_SCORE_STAGE_ELEMS, "the S/P stage must hold heads per task x q_len x hand-off tokens");
     REQUIRE_WORD(heads * tile_cols <= PA_S_HALF_ELEMS && heads * tile_cols <= c->s_half &&
                      heads * tile_cols <= c->p_half, PA_TW_BLOCKSIZE_CALC,
-                 "heads x round16(tile) exceeds the S/P scratch half");
+                 "heads x q_len x round16(tile) exceeds the S/P scratch half");
     REQUIRE_WORD(heads * round_up(c->head_dim, PA_TILE_ALIGN_TOKENS) <= PA_O_TMP_HALF_ELEMS, PA_TW_HEADDIM,
-                 "heads x round16(D) exceeds the o_tmp scratch half");
+                 "heads x q_len x round16(D) exceeds the o_tmp scratch half");
+    return PA_OK;
+}
+
+/* The v3 decode features: valid words, and only those the calling library executes. */
+static int32_t check_features(pa_contract *c, const uint32_t *t, uint32_t features, pa_mock_error *e) {
+    REQUIRE_WORD(c->q_len >= 1 && c->q_len <= PA_MAX_Q_LEN, PA_TW_Q_LEN, "q_len must be in [1, PA_MAX_Q_LEN]");
+    REQUIRE_WORD(c->window_left == PA_WINDOW_NONE || c->window_left < 0x80000000u, PA_TW_WINDOW_LEFT,
+                 "window_left must be -1 (0xFFFFFFFF) or a non-negative int32");
+    REQUIRE_WORD(c->sinks_dtype <= PA_SINKS_BF16, PA_TW_SINKS_DTYPE, "sinks dtype must be one of PA_SINKS_*");
+    REQUIRE_WORD(t[PA_TW_LSE] <= 1, PA_TW_LSE, "must be 0 or 1");
+    REQUIRE_WORD(c->q_len == 1 || (features & PA_FEATURE_MULTI_TOKEN), PA_TW_Q_LEN,
+                 "this library does not execute several query tokens per sequence");
+    REQUIRE_WORD(c->window_left == PA_WINDOW_NONE || (features & PA_FEATURE_WINDOW), PA_TW_WINDOW_LEFT,
+                 "this library does not execute a sliding window");
+    REQUIRE_WORD(c->sinks_dtype == PA_SINKS_NONE || (features & PA_FEATURE_SINKS), PA_TW_SINKS_DTYPE,
+                 "this library does not execute attention sinks");
+    REQUIRE_WORD(!c->lse || (features & PA_FEATURE_LSE), PA_TW_LSE, "this library does not write the lse");
     return PA_OK;
 }
 
@@ -275,7 +309,7 @@ static int32_t check_pair(const pa_contract *c, const uint32_t *t, pa_mock_error
 
 /* Each slot's pages fit its table row, and kvCN is the split count of the longest sequence. */
 static int32_t check_lengths(const pa_contract *c, const uint32_t *t, pa_mock_error *e) {
-    uint32_t max_kv = 0;
+    uint32_t splits = 0, longest = 0;
     for (uint32_t s = 0; s < c->batch; ++s) {
         uint32_t kv_len = pa_contract_slot_word(t, s, PA_BF_KV_SEQLEN);
         uint64_t word = PA_TILING_HEADER_WORDS + (uint64_t)PA_TILING_BATCH_WORDS * s + PA_BF_KV_SEQLEN;
@@ -284,14 +318,25 @@ static int32_t check_lengths(const pa_contract *c, const uint32_t *t, pa_mock_er
                         "seq %u: %u tokens need more pages than the block-table row holds (%u)", s, kv_len,
                         c->max_blocks);
         }
-        max_kv = kv_len > max_kv ? kv_len : max_kv;
+        if (kv_len > 0 && kv_len < c->q_len) {
+            return FAIL(PA_ERR_BAD_TILING, PA_ARG_TILING, (int64_t)word, c->extent[PA_ARG_TILING], (int32_t)s,
+                        "seq %u: %u tokens cannot hold its %u query tokens", s, kv_len, c->q_len);
+        }
+        if (pa_contract_slot_word(t, s, PA_BF_Q_SEQLEN) != (kv_len ? c->q_len : 0)) {
+            return bad_word(c, t, e, word - PA_BF_KV_SEQLEN + PA_BF_Q_SEQLEN, (int32_t)s,
+                            "Q_SEQLEN must be q_len for a non-empty slot and 0 for an empty one");
+        }
+        uint32_t n = pa_contract_splits(c, kv_len);
+        if (n > splits) {
+            splits = n;
+            longest = kv_len;
+        }
     }
-    uint32_t splits = pa_kv_splits(max_kv, c->block_size, c->kv_split);
     splits = splits ? splits : 1;
     if (splits != c->kv_core_num) {
         return FAIL(PA_ERR_BAD_TILING, PA_ARG_TILING, PA_TW_KVCORENUM, c->extent[PA_ARG_TILING], PA_CONTRACT_NONE,
-                    "kvCN %u but the longest sequence (%u tokens) needs %u splits of %u tokens", c->kv_core_num,
-                    max_kv, splits, c->kv_split);
+                    "kvCN %u but the sequence reading the most pages (%u tokens) needs %u splits of %u tokens",
+                    c->kv_core_num, longest, splits, c->kv_split);
     }
     return PA_OK;
 }
@@ -299,7 +344,7 @@ static int32_t check_lengths(const pa_contract *c, const uint32_t *t, pa_mock_er
 /* Each slot's block-table row and q/o/l/o_core offsets are where the layout puts them (header, "layout"):
  * an offset inside its buffer but in another sequence's rows is as wrong as one outside it. */
 static int32_t check_layout(pa_contract *c, const uint32_t *t, pa_mock_error *e) {
-    uint64_t before = 0, row = (uint64_t)c->num_heads * c->head_dim;
+    uint64_t before = 0, rows = (uint64_t)c->q_len * c->num_heads, row = rows * c->head_dim;
     for (uint32_t s = 0; s < c->batch; ++s) {
         uint32_t kv_len = pa_contract_slot_word(t, s, PA_BF_KV_SEQLEN);
         uint64_t word = PA_TILING_HEADER_WORDS + (uint64_t)PA_TILING_BATCH_WORDS * s;
@@ -313,7 +358,7 @@ static int32_t check_layout(pa_contract *c, const uint32_t *t, pa_mock_error *e)
         }
         if (c->split_kv && kv_len &&
             ((rc = check_pair(c, t, e, s, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO,
-                              before * c->num_heads * c->kv_core_num, "l")) ||
+                              before * rows * c->kv_core_num, "l")) ||
              (rc = check_pair(c, t, e, s, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO, before * row, "o_core")))) {
             return rc;
         }
@@ -334,9 +379,10 @@ static int32_t check_extent(const pa_contract *c, pa_mock_error *e, int32_t slot
 }
 
 static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
-    uint64_t cores = c->block_dim, rows = (uint64_t)c->batch * c->num_heads;
+    uint64_t cores = c->block_dim, rows = (uint64_t)c->batch * c->q_len * c->num_heads;
     uint64_t cache = (uint64_t)c->num_blocks * c->block_size * c->kv_heads * c->head_dim;
-    uint64_t partials = c->split_kv ? (uint64_t)c->nonempty * c->num_heads * c->kv_core_num : 0;
+    uint64_t partials = c->split_kv ? (uint64_t)c->nonempty * c->q_len * c->num_heads * c->kv_core_num : 0;
+    uint64_t sinks_bytes = c->sinks_dtype == PA_SINKS_NONE ? 0 : c->sinks_dtype == PA_SINKS_FP32 ? 4 : 2;
     int32_t rc = PA_OK;
     if ((rc = check_extent(c, e, PA_ARG_S, cores * 2 * c->s_half, PA_ERR_BAD_LAUNCH)) ||
         (rc = check_extent(c, e, PA_ARG_P, cores * 2 * c->p_half, PA_ERR_BAD_LAUNCH)) ||
@@ -347,7 +393,9 @@ static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
         (rc = check_extent(c, e, PA_ARG_BLOCK_TABLES, (uint64_t)c->batch * c->max_blocks, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_O, rows * c->head_dim, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_O_CORE, partials * c->head_dim, PA_ERR_OUT_OF_BOUNDS)) ||
-        (rc = check_extent(c, e, PA_ARG_L, partials, PA_ERR_OUT_OF_BOUNDS))) {
+        (rc = check_extent(c, e, PA_ARG_L, partials, PA_ERR_OUT_OF_BOUNDS)) ||
+        (rc = check_extent(c, e, PA_ARG_LSE, c->lse ? rows : 0, PA_ERR_OUT_OF_BOUNDS)) ||
+        (rc = check_extent(c, e, PA_ARG_SINKS, sinks_bytes * c->num_heads, PA_ERR_OUT_OF_BOUNDS))) {
         return rc;
     }
     return PA_OK;
@@ -387,13 +435,17 @@ static int32_t check_launch(pa_contract *c, const pa_mock_config *binding, uint3
         return FAIL(PA_ERR_BAD_KEY, PA_ARG_TILING, PA_TW_KEY, c->extent[PA_ARG_TILING], PA_CONTRACT_NONE,
                     "tiling key %u is not one of 0, 1, 16, 17, 128, 129, 144, 145", c->key);
     }
+    REQUIRE_WORD(t[PA_TW_HEADSIZE] == PA_TILING_HEADER_WORDS, PA_TW_HEADSIZE, "must be PA_TILING_HEADER_WORDS");
+    c->q_len = t[PA_TW_Q_LEN];
+    c->window_left = t[PA_TW_WINDOW_LEFT];
+    c->sinks_dtype = t[PA_TW_SINKS_DTYPE];
+    c->lse = t[PA_TW_LSE] != 0;
     c->bf16 = (c->key & PA_KEY_BF16_BIT) != 0;
     c->split_kv = (c->key & PA_KEY_SPLIT_KV_BIT) != 0;
     c->split_block = (c->key & PA_KEY_SPLIT_BLOCK_BIT) != 0;
     if ((rc = check_pointers(c, ptrs, e)) != PA_OK) {
         return rc;
     }
-    REQUIRE_WORD(t[PA_TW_HEADSIZE] == PA_TILING_HEADER_WORDS, PA_TW_HEADSIZE, "must be PA_TILING_HEADER_WORDS");
     REQUIRE_WORD(t[PA_TW_PARASIZE] == PA_TILING_BATCH_WORDS, PA_TW_PARASIZE, "must be PA_TILING_BATCH_WORDS");
     c->batch = t[PA_TW_DECODER_BS];
     REQUIRE_WORD(c->batch >= 1 && c->batch <= PA_MAX_BATCH, PA_TW_DECODER_BS, "batch must be in [1, PA_MAX_BATCH]");
@@ -401,13 +453,22 @@ static int32_t check_launch(pa_contract *c, const pa_mock_config *binding, uint3
                         PA_ERR_OUT_OF_BOUNDS);
 }
 
+uint32_t pa_contract_first_token(const pa_contract *c, uint32_t kv_len) {
+    return pa_kv_first_token(kv_len, c->q_len, c->window_left, c->block_size);
+}
+
+uint32_t pa_contract_splits(const pa_contract *c, uint32_t kv_len) {
+    return kv_len ? pa_kv_splits(kv_len - pa_contract_first_token(c, kv_len), c->block_size, c->kv_split) : 0;
+}
+
 int32_t pa_contract_check(pa_contract *c, const pa_mock_config *binding, uint32_t block_dim,
-                          void *const ptrs[PA_NUM_PTR_ARGS], pa_mock_error *e) {
+                          void *const ptrs[PA_NUM_PTR_ARGS], uint32_t features, pa_mock_error *e) {
     memset(c, 0, sizeof *c);
     pa_contract_clear(e);
     const uint32_t *t = (const uint32_t *)ptrs[PA_ARG_TILING];
     int32_t rc = PA_OK;
-    if ((rc = check_launch(c, binding, block_dim, ptrs, e)) || (rc = check_header(c, t, e)) ||
+    if ((rc = check_launch(c, binding, block_dim, ptrs, e)) || (rc = check_features(c, t, features, e)) ||
+        (rc = check_header(c, t, e)) ||
         (rc = check_gather(c, t, e)) || (rc = check_lengths(c, t, e)) || (rc = check_layout(c, t, e)) ||
         (rc = check_extents(c, e))) {
         return rc;

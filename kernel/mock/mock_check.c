@@ -48,5 +48,5 @@ uint64_t pa_slot_pair(const pa_launch *L, uint32_t slot, uint32_t hi_field, uint
 uint32_t pa_gather(const pa_launch *L, uint32_t position) { return pa_slot_word(L, position, PA_BF_GATHER); }
 
 uint32_t pa_splits_of(const pa_launch *L, uint32_t kv_len) {
-    return pa_kv_splits(kv_len, L->c.block_size, L->c.kv_split);
+    return pa_contract_splits(&L->c, kv_len);
 }

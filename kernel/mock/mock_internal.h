@@ -27,7 +27,8 @@ typedef struct pa_launch {
     const uint16_t *q, *k, *v;
     const int32_t *block_tables;
     uint16_t *o, *p;
-    float *s, *o_tmp, *o_core, *l;
+    float *s, *o_tmp, *o_core, *l, *lse;
+    float sinks[PA_MAX_NUM_HEADS];   /* v3: each head's sink logit in fp32; used when c.sinks_dtype is set  */
     int checked;
     const pa_math_ops *ops;
 } pa_launch;
@@ -39,11 +40,16 @@ typedef struct pa_where {
 
 #define PA_PREFETCH_AHEAD_ROWS 32 /* rows between a prefetch and the use of its data                     */
 
+/* Rows of one task: q heads x query tokens, row i * q_len + t is head head0 + i, token t (the rows that
+ * share a kv head are adjacent). */
+#define PA_TASK_ROWS (PA_MAX_TASK_ROWS > PA_HEAD_SPLIT_LIMIT ? PA_MAX_TASK_ROWS : PA_HEAD_SPLIT_LIMIT)
+
 /* Scratch of one host worker thread (the vector core's unified buffer and the cube's Q staging). */
 typedef struct pa_worker_buf {
-    float q[PA_HEAD_SPLIT_LIMIT * PA_MAX_HEAD_DIM];   /* task q rows in fp32                             */
-    float go[PA_HEAD_SPLIT_LIMIT * PA_MAX_HEAD_DIM];  /* running output                                  */
-    float gm[PA_HEAD_SPLIT_LIMIT], gl[PA_HEAD_SPLIT_LIMIT], dm[PA_HEAD_SPLIT_LIMIT], ll[PA_HEAD_SPLIT_LIMIT];
+    float q[PA_TASK_ROWS * PA_MAX_HEAD_DIM];   /* task q rows in fp32                                    */
+    float go[PA_TASK_ROWS * PA_MAX_HEAD_DIM];  /* running output                                         */
+    float gm[PA_TASK_ROWS], gl[PA_TASK_ROWS], dm[PA_TASK_ROWS], ll[PA_TASK_ROWS];
+    unsigned char started[PA_TASK_ROWS];       /* the row has met a key it may see (window, causality)   */
     float p_f32[PA_S_HALF_ELEMS];                    /* P of one tile, read back and widened for P.V    */
     /* Rows in the order the cube reads them: this tile's K (Q.K), its V (P.V), then the next tile's first K
      * rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is used.  (kv heads x tokens of a tile
@@ -82,6 +88,12 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
                              pa_mock_error *errors, uint32_t *failed);
 uint32_t pa_gang_size(const pa_launch *L);
 int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e);
+/* Row r of slot `slot` (r = token x num_heads + head): its final output from the running (go, gl, gm) or, with
+ * go NULL, a zero row; writes the lse when the launch asks for it.  The sink joins the denominator here. */
+int32_t pa_write_row(const pa_launch *L, uint32_t slot, uint64_t r, const float *go, float gl, float gm,
+                     pa_where w, pa_mock_error *e);
+/* Pages of K the launch's Q.K passes read (one per task and page), for pa_mock_kv_pages_read. */
+void pa_count_pages(uint64_t pages);
 
 /* ---- mock_pool.c ---- */
 int32_t pa_host_threads(int32_t requested);

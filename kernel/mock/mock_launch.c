@@ -10,7 +10,7 @@
 int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_NUM_PTR_ARGS], pa_mock_error *e) {
     memset(L, 0, sizeof *L);
     const pa_mock_config *cfg = pa_state_binding();
-    int32_t rc = pa_contract_check(&L->c, cfg, block_dim, ptrs, e);
+    int32_t rc = pa_contract_check(&L->c, cfg, block_dim, ptrs, PA_FEATURES_ALL, e);
     if (rc != PA_OK) {
         return rc;
     }
@@ -32,5 +32,18 @@ int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_
     L->o_tmp = (float *)ptrs[PA_ARG_O_TMP];
     L->o_core = (float *)ptrs[PA_ARG_O_CORE];
     L->l = (float *)ptrs[PA_ARG_L];
+    L->lse = (float *)ptrs[PA_ARG_LSE];
+    if (L->c.sinks_dtype != PA_SINKS_NONE) { /* read once per launch, as the kernel would stage them */
+        const void *sinks = ptrs[PA_ARG_SINKS];
+        for (uint32_t h = 0; h < L->c.num_heads; ++h) {
+            if (L->c.sinks_dtype == PA_SINKS_FP32) {
+                memcpy(&L->sinks[h], (const char *)sinks + 4 * h, 4);
+            } else {
+                uint16_t bits;
+                memcpy(&bits, (const char *)sinks + 2 * h, 2);
+                L->ops->widen(&bits, 1, &L->sinks[h], L->c.sinks_dtype == PA_SINKS_BF16);
+            }
+        }
+    }
     return PA_OK;
 }

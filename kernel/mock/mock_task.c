@@ -11,6 +11,8 @@
 
 typedef struct pa_task {
     uint32_t slot, head0, heads, split;
+    uint32_t rows;        /* heads x q_len: row i * q_len + t is head head0 + i, query token t            */
+    uint32_t kv_len;      /* the sequence's context length (its query tokens are its last q_len)         */
     uint32_t tok0, len;   /* token range of this task                                                  */
     pa_where where;
 } pa_task;
@@ -107,6 +109,9 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
             return rc;
         }
         int64_t base = (id * L->c.block_size + off) * row_stride;
+        if (qk) {
+            pa_count_pages(1);
+        }
         rc = pa_check_range(L, e, slot, (__int128)base + (__int128)kvh0 * d,
                             (__int128)(count - 1) * row_stride + (__int128)(kvh1 - kvh0 + 1) * d, T->where);
         if (rc) {
@@ -115,7 +120,7 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
         for (uint32_t kvh = kvh0; kvh <= kvh1; ++kvh) {
             uint32_t h_lo = kvh * L->c.group > T->head0 ? kvh * L->c.group : T->head0;
             uint32_t h_hi = (kvh + 1) * L->c.group < T->head0 + T->heads ? (kvh + 1) * L->c.group : T->head0 + T->heads;
-            uint32_t r0 = h_lo - T->head0, rows = h_hi - h_lo;
+            uint32_t r0 = (h_lo - T->head0) * L->c.q_len, rows = (h_hi - h_lo) * L->c.q_len;
             const uint16_t *kv = cache + base + (int64_t)kvh * d;
             const uint16_t *const *ahead = buf->rows + schedule_pos + PA_PREFETCH_AHEAD_ROWS;
             if (qk) {
@@ -141,7 +146,7 @@ static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     int64_t s_off = (int64_t)(2 * core + half) * (int64_t)L->c.s_half;
     int64_t p_off = (int64_t)(2 * core + half) * (int64_t)L->c.p_half;
     int64_t o_off = (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + half * PA_O_TMP_HALF_ELEMS;
-    int64_t rows = T->heads;
+    int64_t rows = T->rows;
     int32_t rc;
     if ((rc = pa_check_range(L, e, PA_ARG_S, s_off, rows * t->cols, T->where)) ||
         (rc = pa_check_range(L, e, PA_ARG_P, p_off, rows * t->cols, T->where)) ||
@@ -154,73 +159,153 @@ static int32_t map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     return PA_OK;
 }
 
-/* Vector stage 1 (softmax of S into P) and stage 2 (online rescale with o_tmp) of one tile. */
-static void vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t index,
-                           pa_worker_buf *buf) {
-    for (uint32_t r = 0; r < T->heads; ++r) {
+/* The columns of tile t row r may see: keys max(0, p - W) .. p of its query token at position p, clipped to
+ * the tile; [*c0, *c1) is empty when none. */
+static void visible_columns(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t r, uint32_t *c0,
+                            uint32_t *c1) {
+    const uint32_t p = T->kv_len - L->c.q_len + r % L->c.q_len;
+    uint32_t lo = 0;
+    if (L->c.window_left != PA_WINDOW_NONE && p > L->c.window_left) {
+        lo = p - L->c.window_left;
+    }
+    *c0 = lo > t->tok ? lo - t->tok : 0;
+    *c1 = p + 1 > t->tok ? p + 1 - t->tok : 0;
+    *c1 = *c1 < t->len ? *c1 : t->len;
+    *c0 = *c0 < *c1 ? *c0 : *c1;
+}
+
+/* Vector stage 1 (softmax of S into P) and stage 2 (online rescale with o_tmp) of one tile.  A row's running
+ * max and sum start at its first visible key (buf->started), not at the task's first tile: with a window or
+ * several query tokens a row may see nothing of a tile; its P row is then 0 and its state is left alone. */
+static void vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf,
+                           unsigned char *active) {
+    for (uint32_t r = 0; r < T->rows; ++r) {
         float *srow = t->s + (int64_t)r * t->cols;
-        for (uint32_t j = t->len; j < t->cols; ++j) {
-            srow[j] = 0.0f; /* padding columns: the vector masks them out of max and sum */
+        uint16_t *prow = t->p + (int64_t)r * t->cols;
+        uint32_t c0, c1;
+        visible_columns(L, T, t, r, &c0, &c1);
+        active[r] = c1 > c0;
+        if (!active[r]) {
+            memset(prow, 0, (size_t)t->cols * PA_HALF_BYTES);
+            continue;
         }
         float m_new, ll;
-        L->ops->softmax_row(srow, (int32_t)t->len, (int32_t)t->cols, L->c.tor, index == 0, buf->gm[r],
-                            t->p + (int64_t)r * t->cols, &m_new, &ll, L->c.bf16);
-        buf->dm[r] = index == 0 ? 0.0f : buf->gm[r] - m_new;
+        const int first = !buf->started[r];
+        if (c0 == 0 && c1 == t->len) {
+            for (uint32_t j = t->len; j < t->cols; ++j) {
+                srow[j] = 0.0f; /* padding columns: the vector masks them out of max and sum */
+            }
+            L->ops->softmax_row(srow, (int32_t)t->len, (int32_t)t->cols, L->c.tor, first, buf->gm[r], prow,
+                                &m_new, &ll, L->c.bf16);
+        } else { /* masked keys: P is 0 outside [c0, c1) */
+            L->ops->softmax_row(srow + c0, (int32_t)(c1 - c0), (int32_t)(c1 - c0), L->c.tor, first, buf->gm[r],
+                                prow + c0, &m_new, &ll, L->c.bf16);
+            memset(prow, 0, (size_t)c0 * PA_HALF_BYTES);
+            memset(prow + c1, 0, (size_t)(t->cols - c1) * PA_HALF_BYTES);
+        }
+        buf->dm[r] = first ? 0.0f : buf->gm[r] - m_new;
         buf->gm[r] = m_new;
         buf->ll[r] = ll;
     }
 }
 
-static void vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t index,
-                          pa_worker_buf *buf) {
+static void vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf,
+                          const unsigned char *active) {
     const uint32_t d = L->c.head_dim, o_cols = round16(d);
-    for (uint32_t r = 0; r < T->heads; ++r) {
-        float scale = index == 0 ? 0.0f : pa_expf(buf->dm[r]);
-        L->ops->rescale(buf->go + (int64_t)r * d, t->o_tmp + (int64_t)r * o_cols, scale, (int32_t)d, index == 0);
-        buf->gl[r] = index == 0 ? buf->ll[r] : scale * buf->gl[r] + buf->ll[r];
+    for (uint32_t r = 0; r < T->rows; ++r) {
+        if (!active[r]) {
+            continue;
+        }
+        const int first = !buf->started[r];
+        float scale = first ? 0.0f : pa_expf(buf->dm[r]);
+        L->ops->rescale(buf->go + (int64_t)r * d, t->o_tmp + (int64_t)r * o_cols, scale, (int32_t)d, first);
+        buf->gl[r] = first ? buf->ll[r] : scale * buf->gl[r] + buf->ll[r];
+        buf->started[r] = 1;
     }
 }
 
-/* Last tile: go / gl into o (OUT dtype), or the split's lse into l and fp32 go / gl into o_core. */
-static int32_t write_result(const pa_launch *L, const pa_task *T, pa_worker_buf *buf, pa_mock_error *e) {
-    const int64_t d = L->c.head_dim, n = T->heads, cn = L->c.kv_core_num;
-    int32_t rc;
-    if (!L->c.split_kv) {
-        int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
-        if ((rc = pa_check_range(L, e, PA_ARG_O, o_off, n * d, T->where))) {
+/* The slot row (token x num_heads + head) of task row r. */
+static uint64_t slot_row(const pa_launch *L, const pa_task *T, uint32_t r) {
+    return (uint64_t)(r % L->c.q_len) * L->c.num_heads + T->head0 + r / L->c.q_len;
+}
+
+int32_t pa_write_row(const pa_launch *L, uint32_t slot, uint64_t row, const float *go, float gl, float gm,
+                     pa_where w, pa_mock_error *e) {
+    const int64_t d = L->c.head_dim;
+    const int64_t o_off = (int64_t)pa_slot_pair(L, slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + (int64_t)row * d;
+    int32_t rc = pa_check_range(L, e, PA_ARG_O, o_off, d, w);
+    if (rc) {
+        return rc;
+    }
+    float lse = -INFINITY;
+    if (!go) {
+        memset(L->o + o_off, 0, (size_t)d * PA_HALF_BYTES);
+    } else {
+        float denom = gl;
+        lse = logf(gl) + gm;
+        if (L->c.sinks_dtype != PA_SINKS_NONE) { /* the sink joins the denominator only */
+            const float sink = L->sinks[row % L->c.num_heads], m = sink > gm ? sink : gm;
+            denom = gl + pa_expf(sink - gm);
+            lse = logf(gl * pa_expf(gm - m) + pa_expf(sink - m)) + m;
+        }
+        L->ops->store_row(go, denom, (int32_t)d, L->o + o_off, L->c.bf16);
+    }
+    if (L->c.lse) {
+        const int64_t at = (int64_t)slot * L->c.q_len * L->c.num_heads + (int64_t)row;
+        if ((rc = pa_check_range(L, e, PA_ARG_LSE, at, 1, w))) {
             return rc;
         }
-        for (int64_t r = 0; r < n; ++r) {
-            L->ops->store_row(buf->go + r * d, buf->gl[r], (int32_t)d, L->o + o_off + r * d, L->c.bf16);
+        L->lse[at] = lse;
+    }
+    return PA_OK;
+}
+
+/* Last tile: each row's output (and lse) into o, or the split's lse into l and fp32 go / gl into o_core (a row
+ * this split has no key for: lse -inf and a zero row, which the combine weighs 0). */
+static int32_t write_result(const pa_launch *L, const pa_task *T, pa_worker_buf *buf, pa_mock_error *e) {
+    const int64_t d = L->c.head_dim, cn = L->c.kv_core_num;
+    int32_t rc;
+    if (!L->c.split_kv) {
+        for (uint32_t r = 0; r < T->rows; ++r) {
+            if ((rc = pa_write_row(L, T->slot, slot_row(L, T, r), buf->go + (int64_t)r * d, buf->gl[r], buf->gm[r],
+                                   T->where, e))) {
+                return rc;
+            }
         }
         return PA_OK;
     }
-    uint64_t addr_l = pa_slot_pair(L, T->slot, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO);
-    uint32_t l_off = (uint32_t)(addr_l + (uint64_t)T->head0 * cn + T->split); /* uint32 as in the kernel */
-    __int128 ofd = (__int128)pa_slot_pair(L, T->slot, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO) * cn;
-    __int128 oc_off = ofd + (__int128)T->head0 * cn * d + (__int128)T->split * d;
-    if ((rc = pa_check_range(L, e, PA_ARG_L, l_off, (n - 1) * cn + 1, T->where)) ||
-        (rc = pa_check_range(L, e, PA_ARG_O_CORE, oc_off, (__int128)(n - 1) * cn * d + d, T->where))) {
-        return rc;
-    }
-    for (int64_t r = 0; r < n; ++r) {
-        L->l[(uint32_t)(l_off + r * cn)] = logf(buf->gl[r]) + buf->gm[r];
-        float *dst = L->o_core + (int64_t)oc_off + r * cn * d;
+    const uint64_t addr_l = pa_slot_pair(L, T->slot, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO);
+    const __int128 ofd = (__int128)pa_slot_pair(L, T->slot, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO) * cn;
+    for (uint32_t r = 0; r < T->rows; ++r) {
+        const uint64_t row = slot_row(L, T, r);
+        uint32_t l_off = (uint32_t)(addr_l + row * (uint64_t)cn + T->split); /* uint32 as in the kernel */
+        __int128 oc_off = ofd + (__int128)row * cn * d + (__int128)T->split * d;
+        if ((rc = pa_check_range(L, e, PA_ARG_L, l_off, 1, T->where)) ||
+            (rc = pa_check_range(L, e, PA_ARG_O_CORE, oc_off, d, T->where))) {
+            return rc;
+        }
+        float *dst = L->o_core + (int64_t)oc_off;
+        if (!buf->started[r]) {
+            L->l[l_off] = -INFINITY;
+            memset(dst, 0, (size_t)d * sizeof *dst);
+            continue;
+        }
+        L->l[l_off] = logf(buf->gl[r]) + buf->gm[r];
         for (int64_t c = 0; c < d; ++c) {
-            dst[c] = buf->go[r * d + c] / buf->gl[r];
+            dst[c] = buf->go[(int64_t)r * d + c] / buf->gl[r];
         }
     }
     return PA_OK;
 }
 
 static int32_t write_zero_rows(const pa_launch *L, const pa_task *T, pa_mock_error *e) {
-    int64_t d = L->c.head_dim;
-    int64_t o_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO) + T->head0 * d;
-    int32_t rc = pa_check_range(L, e, PA_ARG_O, o_off, (int64_t)T->heads * d, T->where);
-    if (!rc) {
-        memset(L->o + o_off, 0, (size_t)T->heads * (size_t)d * PA_HALF_BYTES);
+    for (uint32_t r = 0; r < T->rows; ++r) {
+        int32_t rc = pa_write_row(L, T->slot, slot_row(L, T, r), 0, 0.0f, 0.0f, T->where, e);
+        if (rc) {
+            return rc;
+        }
     }
-    return rc;
+    return PA_OK;
 }
 
 /* Starts task T of a logical core: sets its token range, widens its q rows and returns the number of its
@@ -230,27 +315,38 @@ static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int who
     uint32_t kv_len = pa_slot_word(L, T->slot, PA_BF_KV_SEQLEN);
     *tiles = 0;
     T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};
+    T->rows = T->heads * L->c.q_len;
+    T->kv_len = kv_len;
     if (kv_len == 0) { /* split-KV: the combine writes the zero row */
         return L->c.split_kv ? PA_OK : write_zero_rows(L, T, e);
     }
+    const uint32_t first = pa_contract_first_token(&L->c, kv_len); /* pages before the window are never read */
     uint32_t kv_loop = pa_splits_of(L, kv_len);
     if (whole) {
-        T->tok0 = 0;
-        T->len = kv_len;
+        T->tok0 = first;
+        T->len = kv_len - first;
     } else {
         if (T->split >= kv_loop) {
             return PA_OK;
         }
-        T->tok0 = T->split * L->c.kv_split;
+        T->tok0 = first + T->split * L->c.kv_split;
         T->len = T->split == kv_loop - 1 ? kv_len - T->tok0 : L->c.kv_split;
     }
-    int64_t d = L->c.head_dim;
-    int64_t q_off = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO) + T->head0 * d;
-    int32_t rc = pa_check_range(L, e, PA_ARG_Q, q_off, (int64_t)T->heads * d, T->where);
+    const int64_t d = L->c.head_dim, hq = L->c.num_heads, q_len = L->c.q_len;
+    const int64_t q_base = (int64_t)pa_slot_pair(L, T->slot, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO) + T->head0 * d;
+    int32_t rc = pa_check_range(L, e, PA_ARG_Q, q_base, ((q_len - 1) * hq + T->heads) * d, T->where);
     if (rc) {
         return rc;
     }
-    L->ops->widen(L->q + q_off, (int64_t)T->heads * d, buf->q, L->c.bf16);
+    if (q_len == 1) {
+        L->ops->widen(L->q + q_base, (int64_t)T->heads * d, buf->q, L->c.bf16);
+    } else { /* row i * q_len + t <- token t's row of head head0 + i */
+        for (uint32_t r = 0; r < T->rows; ++r) {
+            L->ops->widen(L->q + q_base + ((int64_t)(r % q_len) * hq + r / q_len) * d, d, buf->q + (int64_t)r * d,
+                          L->c.bf16);
+        }
+    }
+    memset(buf->started, 0, T->rows);
     *tiles = (T->len + L->c.tile_tokens - 1) / L->c.tile_tokens;
     return PA_OK;
 }
@@ -270,12 +366,13 @@ static int32_t run_tile(const pa_launch *L, const pa_task *T, uint32_t core, uin
     if ((rc = map_tile(L, T, core, index, &t, e)) || (rc = cube_pass(L, T, &t, buf, 1, 0, e))) {
         return rc;
     }
-    vector_softmax(L, T, &t, index, buf);
-    L->ops->widen(t.p, (int64_t)T->heads * t.cols, buf->p_f32, L->c.bf16); /* the cube reads P back */
+    unsigned char active[PA_TASK_ROWS];
+    vector_softmax(L, T, &t, buf, active);
+    L->ops->widen(t.p, (int64_t)T->rows * t.cols, buf->p_f32, L->c.bf16); /* the cube reads P back */
     if ((rc = cube_pass(L, T, &t, buf, 0, n_k, e))) {
         return rc;
     }
-    vector_update(L, T, &t, index, buf);
+    vector_update(L, T, &t, buf, active);
     return index + 1 == tiles ? write_result(L, T, buf, e) : PA_OK;
 }
 

@@ -95,7 +95,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
         return PA_ERR_BAD_LAUNCH;
     }
     pa_contract contract;
-    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, &host.lastError);
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, 0 /* no v3 feature yet */, &host.lastError);
     if (rc != PA_OK) return rc;
 
     LaunchConfig cfg;

@@ -120,7 +120,7 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     L.timeout = std::chrono::milliseconds(TimeoutMs());
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) L.dropSignal = std::atoll(drop);
     pa_contract contract;
-    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, &host.lastError);
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, 0 /* no v3 feature yet */, &host.lastError);
     if (rc != PA_OK) return rc;
     L.counters.resize(size_t(blockDim) * kRolesPerCluster);
     for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());
