@@ -145,6 +145,18 @@ CORRUPTIONS: dict[str, Corruption] = {
     "handoff_overflows_stage": Corruption("bn", word(lambda t: 2 * int(t[Word.HANDOFF_TOKENS]), Word.HANDOFF_TOKENS),
                                           Err.BAD_TILING, Slot.TILING, at_word(Word.SCORE_STAGE_ELEMS)),
     "stage_below_a_tile": tiling_word(Word.SCORE_STAGE_ELEMS, 16),
+    # ABI v3: the decode-feature words, judged alike whatever the library executes
+    "q_len_zero": tiling_word(Word.Q_LEN, 0),
+    "q_len_over_max": tiling_word(Word.Q_LEN, abi.MAX_Q_LEN + 1),
+    "window_negative": tiling_word(Word.WINDOW_LEFT, 0x80000000),
+    "sinks_dtype_unknown": tiling_word(Word.SINKS_DTYPE, abi.SINKS_BF16 + 1),
+    "lse_word_not_boolean": tiling_word(Word.LSE, 2),
+    "q_seqlen_not_q_len": Corruption(
+        "bn", word(2, abi.batch_word(1, Field.Q_SEQLEN)), Err.BAD_TILING, Slot.TILING,
+        at_slot_word(1, Field.Q_SEQLEN)),
+    "sinks_asked_without_pointer": Corruption(
+        "bn", word(abi.SINKS_FP32, Word.SINKS_DTYPE), Err.NULL_POINTER, Slot.SINKS),
+    "lse_asked_without_pointer": Corruption("split_kv", word(1, Word.LSE), Err.NULL_POINTER, Slot.LSE),
     "context_longer_than_row": Corruption(
         "bn", word(lambda t: int(t[Word.MAXBLOCKS]) * 32 + 1, abi.batch_word(1, Field.KV_SEQLEN)), Err.BAD_TILING,
         Slot.TILING, at_slot_word(1, Field.KV_SEQLEN)),

@@ -245,13 +245,18 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     return PA_OK;
 }
 
-/* The v3 decode features: valid words, and only those the calling library executes. */
-static int32_t check_features(pa_contract *c, const uint32_t *t, uint32_t features, pa_mock_error *e) {
+/* The v3 decode-feature words hold valid values (before the pointers they ask for are checked). */
+static int32_t check_feature_words(pa_contract *c, const uint32_t *t, pa_mock_error *e) {
     REQUIRE_WORD(c->q_len >= 1 && c->q_len <= PA_MAX_Q_LEN, PA_TW_Q_LEN, "q_len must be in [1, PA_MAX_Q_LEN]");
     REQUIRE_WORD(c->window_left == PA_WINDOW_NONE || c->window_left < 0x80000000u, PA_TW_WINDOW_LEFT,
                  "window_left must be -1 (0xFFFFFFFF) or a non-negative int32");
     REQUIRE_WORD(c->sinks_dtype <= PA_SINKS_BF16, PA_TW_SINKS_DTYPE, "sinks dtype must be one of PA_SINKS_*");
     REQUIRE_WORD(t[PA_TW_LSE] <= 1, PA_TW_LSE, "must be 0 or 1");
+    return PA_OK;
+}
+
+/* Only the v3 features the calling library executes. */
+static int32_t check_features(pa_contract *c, const uint32_t *t, uint32_t features, pa_mock_error *e) {
     REQUIRE_WORD(c->q_len == 1 || (features & PA_FEATURE_MULTI_TOKEN), PA_TW_Q_LEN,
                  "this library does not execute several query tokens per sequence");
     REQUIRE_WORD(c->window_left == PA_WINDOW_NONE || (features & PA_FEATURE_WINDOW), PA_TW_WINDOW_LEFT,
@@ -440,6 +445,9 @@ static int32_t check_launch(pa_contract *c, const pa_mock_config *binding, uint3
     c->window_left = t[PA_TW_WINDOW_LEFT];
     c->sinks_dtype = t[PA_TW_SINKS_DTYPE];
     c->lse = t[PA_TW_LSE] != 0;
+    if ((rc = check_feature_words(c, t, e)) != PA_OK) {
+        return rc;
+    }
     c->bf16 = (c->key & PA_KEY_BF16_BIT) != 0;
     c->split_kv = (c->key & PA_KEY_SPLIT_KV_BIT) != 0;
     c->split_block = (c->key & PA_KEY_SPLIT_BLOCK_BIT) != 0;
