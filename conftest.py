@@ -31,6 +31,18 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "sim: a fresh seed per launch (each failure names its PA_SIM_SEED; set it to replay)"
 
 
+@pytest.fixture(params=["compiled checks", "python checks"])
+def check_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on both of run()'s check paths (the compiled one only where it is built)."""
+    from launcher import run_check  # not at import time: torch must see the environment set above
+
+    if request.param == "python checks":
+        monkeypatch.setattr(run_check, "load", lambda: None)
+    elif run_check.load() is None:
+        pytest.skip("launcher/run_check is not built (bash compile.sh)")
+    return str(request.param)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend", action="store", default="mock", choices=BACKEND_CHOICES,

@@ -260,16 +260,6 @@ def test_a_partial_library_executes_what_it_says(fake_npu: npu.FakeNpu, fakes: d
 # ---- shapes, pointers and run()'s checks on a fake kernel ---------------------------------------------------
 
 
-@pytest.fixture(params=["compiled checks", "python checks"])
-def check_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test on both of run()'s check paths (the compiled one only where it is built)."""
-    if request.param == "python checks":
-        monkeypatch.setattr(run_check, "load", lambda: None)
-    elif run_check.load() is None:
-        pytest.skip("launcher/run_check is not built (bash compile.sh)")
-    return str(request.param)
-
-
 def _engine_on(library: Path, **options: Any) -> PagedAttentionRunner:
     return PagedAttentionRunner.for_engine(
         num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=DIM, block_size=BS, dtype=torch.float16, max_batch=4,

@@ -14,6 +14,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from accuracy.reference import Features, compare, compare_lse, reference
 from launcher import mock_api
 from tests.built_library import library_or_skip
-from tests.mock_harness import load_mock
+from tests.mock_harness import launch, load_mock
 from tiling import abi, plan_paged_attention
 
 #: Values each feature takes; "large" windows reach past every context.
@@ -128,28 +129,21 @@ def run_mock(b: Built, *, sinks_pointer: bool = True, lse_elems: int | None = No
     out = torch.full(b.query.shape, math.nan, dtype=b.query.dtype)
     rows = b.query.shape[0] * plan.q_len * plan.num_heads
     lse = torch.full((rows if lse_elems is None else lse_elems,), math.nan, dtype=torch.float32)
-    arrays: dict[int, np.ndarray] = {
-        slot.Q: bits(b.query), slot.K: bits(b.key_cache), slot.V: bits(b.value_cache),
-        slot.BLOCK_TABLES: b.table.numpy(), slot.O: bits(out), slot.TILING: np.ascontiguousarray(plan.tiling),
-        slot.S: np.full(sizes.s_bytes // 4, np.nan, np.float32), slot.P: np.full(sizes.p_bytes // 2, 0xFFFF, np.uint16),
+    buffers: dict[int, np.ndarray] = {
+        slot.O: bits(out), slot.S: np.full(sizes.s_bytes // 4, np.nan, np.float32),
+        slot.P: np.full(sizes.p_bytes // 2, 0xFFFF, np.uint16),
         slot.O_TMP: np.full(sizes.o_tmp_bytes // 4, np.nan, np.float32),
         slot.O_CORE: np.full(sizes.o_core_bytes // 4, np.nan, np.float32),
         slot.L: np.full(sizes.l_bytes // 4, np.nan, np.float32),
     }
     if plan.return_lse:
-        arrays[slot.LSE] = lse.numpy()
+        buffers[slot.LSE] = lse.numpy()
     if b.sinks is not None and sinks_pointer:
-        arrays[slot.SINKS] = bits(b.sinks)
-    ptrs: list[int | None] = [None] * abi.NUM_PTR_ARGS
-    config = mock_api.MockConfig()
-    for index, array in arrays.items():
-        if array.size:
-            ptrs[index] = array.ctypes.data
-            config.extent_bytes[index] = array.nbytes
-    config.num_blocks, config.checked = b.key_cache.shape[0], 1
-    assert lib.pa_mock_bind(ctypes.byref(config)) == 0
-    code = lib.call_kernel(plan.block_dim, None, *ptrs)
-    return code, mock_api.last_error(lib), out, lse.reshape(b.query.shape[:3]) if lse_elems is None else lse
+        buffers[slot.SINKS] = bits(b.sinks)
+    case = SimpleNamespace(q=bits(b.query), k=bits(b.key_cache), v=bits(b.value_cache),
+                           block_table=b.table.numpy(), plan=plan)
+    result = launch(lib, case, buffers=buffers)  # type: ignore[arg-type]
+    return result.code, result.error, out, lse.reshape(b.query.shape[:3]) if lse_elems is None else lse
 
 
 def case_id(case: dict[str, Any]) -> str:

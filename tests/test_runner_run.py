@@ -45,14 +45,8 @@ def _table(lens: tuple[int, ...], num_blocks: int, seed: int = 0) -> torch.Tenso
     return shuffled_block_table(pages, num_blocks, torch.Generator().manual_seed(seed), max(pages) + 1)
 
 
-@pytest.fixture(autouse=True, params=["compiled checks", "python checks"])
-def check_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs each test on both of run()'s check paths (the compiled one only where it is built)."""
-    if request.param == "python checks":
-        monkeypatch.setattr(run_check, "load", lambda: None)
-    elif run_check.load() is None:
-        pytest.skip("launcher/run_check is not built (bash compile.sh)")
-    return str(request.param)
+#: every test runs on both of run()'s check paths (conftest.py's check_path)
+pytestmark = pytest.mark.usefixtures("check_path")
 
 
 @pytest.fixture
