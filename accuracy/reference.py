@@ -56,13 +56,14 @@ def attention_lse(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
 
     ``query`` ``[batch, heads, dim]`` or ``[batch, q_len, heads, dim]``; ``lens[i]`` counts sequence i's query
     tokens: token s sits at position ``lens[i] - q_len + s`` and attends causally to keys up to it.  An empty
-    sequence gives zero rows and lse ``-inf``.  The output has the query's shape; lse is ``[batch, (q_len,) heads]``.
+    sequence gives zero rows and lse ``-inf``.  The output has the query's shape with the values' width (which
+    may differ from the keys', as in MLA); lse is ``[batch, (q_len,) heads]``.
     """
     tokens = as_tokens(query)
-    batch, q_len, num_heads, head_dim = tokens.shape
+    batch, q_len, num_heads, _ = tokens.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
     group = num_heads // num_kv_heads
-    out = torch.zeros(batch, q_len, num_heads, head_dim, dtype=precision)
+    out = torch.zeros(batch, q_len, num_heads, value_cache.shape[-1], dtype=precision)
     lse = torch.full((batch, q_len, num_heads), -math.inf, dtype=torch.float64)
     table = block_table.cpu()
     sinks = features.sinks.cpu().to(precision) if features.sinks is not None else None
@@ -121,6 +122,16 @@ def reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.T
     golden, lse = attention_lse(query, key_cache, value_cache, block_table, lens, scale, torch.float64, features)
     low = attention(query, key_cache, value_cache, block_table, lens, scale, query.dtype, features)
     return Reference(golden, float((low.double() - golden).abs().max()) if golden.numel() else 0.0, lse)
+
+
+def mla_reference(query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor, kv_rope_cache: torch.Tensor,
+                  block_table: torch.Tensor, lens: tuple[int, ...] | list[int], scale: float) -> Reference:
+    """The golden of absorbed MLA decode: MQA whose keys are the latent and its rope part side by side (576
+    wide) and whose values are the latent alone (512 wide), the definition ``score_j = scale * (q . kv_j +
+    q_rope . rope_j)`` written as one dot product.  Inputs as :func:`launcher.mla.mla_paged_attention` takes
+    them; torch's error is that of the same attention with every operation in the inputs' dtype."""
+    return reference(torch.cat([query, query_rope], dim=-1), torch.cat([kv_cache, kv_rope_cache], dim=-1),
+                     kv_cache, block_table, lens, scale)
 
 
 #: lse is computed in fp32 from fp16/bf16 logits: its error is that of the scores (a few ulps of the largest

@@ -1,5 +1,5 @@
 /*
- * pa-kit kernel ABI, version 3: the single source of truth for how the host talks to a paged-attention
+ * pa-kit kernel ABI, version 4: the single source of truth for how the host talks to a paged-attention
  * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
  * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
  *
@@ -15,10 +15,17 @@
  * eye: the sinks; 17, ATB's go: the lse).  With the four words at their defaults (q_len 1, no window, no sinks,
  * no lse) a launch is exactly v2's.  A library says which features it executes through pa_supported_features().
  *
+ * ABI v4 adds absorbed MLA decode (DeepSeek-V3 class models) in one header word after v3's (48, PA_TW_ROPE_DIM,
+ * so PA_TW_HEADSIZE is 49) and two pointer slots a decode kernel never reads in ATB's contract (20, ATB's k16:
+ * the query's rope part; 21, ATB's v16: the rope cache).  With word 48 at 0 a launch is exactly v3's.  Under
+ * MLA, D is the latent width (the K and V caches are the one latent cache: PA_ARG_V must equal PA_ARG_K),
+ * Hkv is 1, and a score is tor * (q . latent_j + q_rope . rope_j); see "MLA" below.
+ *
  * Every pointer is a byte address of global memory; the kernel casts it to the element type named below
  * before adding any tiling offset, so all tiling offsets are ELEMENT offsets of that type.  Pointer slots
- * a decode kernel does not use (mask, dequant, razor, scale, logN, eye, go, k16, v16) are passed as NULL
- * by the launcher and are never dereferenced when PA_TW_MASK_MAX_LEN == 0 and PA_TW_SCALETYPE == 0.
+ * a decode kernel does not use (mask, dequant, razor, scale, logN; sinks, lse, q_rope, k_rope unless their
+ * feature is on) are passed as NULL by the launcher and are never dereferenced when PA_TW_MASK_MAX_LEN == 0
+ * and PA_TW_SCALETYPE == 0.
  *
  * Our kernels also export
  *   int32_t pa_abi_version(void);        returns PA_ABI_VERSION
@@ -35,7 +42,7 @@
 
 #include <stdint.h>
 
-#define PA_ABI_VERSION 3
+#define PA_ABI_VERSION 4
 
 /* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
 #define PA_ARG_Q 0             /* [IN]  query  [B, q_len, Hq, D]                                      */
@@ -58,8 +65,8 @@
 #define PA_ARG_LSE 17          /* v3 [fp32] lse [B, q_len, Hq] when PA_TW_LSE, else NULL (ATB's go)    */
 #define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_nonempty, q_len * Hq, kvCN, D]*/
 #define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_nonempty, q_len * Hq, kvCN]   */
-#define PA_ARG_K16 20          /* unused (dequant staging): NULL                                       */
-#define PA_ARG_V16 21          /* unused: NULL                                                         */
+#define PA_ARG_Q_ROPE 20       /* v4 [IN] MLA query rope part [B, q_len, Hq, R], NULL without (ATB's k16)*/
+#define PA_ARG_K_ROPE 21       /* v4 [IN] MLA rope cache [num_blocks, block_size, 1, R] (ATB's v16)    */
 #define PA_ARG_TILING 22       /* [uint32 words] PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * B     */
 #define PA_NUM_PTR_ARGS 23
 
@@ -68,7 +75,7 @@
  * no file lists the 23 names by hand; `tests/test_abi_mirror.py` checks the names against ArgSlot. */
 #define PA_PTR_ARGS(X)                                                                                        \
     X(q) X(k) X(v) X(block_tables) X(mask) X(deq_scale1) X(deq_offset1) X(deq_scale2) X(deq_offset2)          \
-    X(razor_offset) X(scale) X(logn) X(sinks) X(o) X(s) X(p) X(o_tmp) X(lse) X(o_core) X(l) X(k16) X(v16) X(tiling)
+    X(razor_offset) X(scale) X(logn) X(sinks) X(o) X(s) X(p) X(o_tmp) X(lse) X(o_core) X(l) X(q_rope) X(k_rope) X(tiling)
 
 /* ---- tiling header words (read as uint32 unless noted) ------------------------------------------------ */
 #define PA_TW_BATCH 0               /* B (informational)                                                 */
@@ -125,7 +132,8 @@
                                        are never read (their block-table entries may be anything)        */
 #define PA_TW_SINKS_DTYPE 46        /* v3: PA_SINKS_*: the element type of PA_ARG_SINKS, or none          */
 #define PA_TW_LSE 47                /* v3: 1 = write each row's natural-log lse (sink included) to PA_ARG_LSE */
-#define PA_TILING_HEADER_WORDS 48
+#define PA_TW_ROPE_DIM 48           /* v4: R, the rope width of an MLA launch (PA_MLA_ROPE_DIM); 0 = not MLA */
+#define PA_TILING_HEADER_WORDS 49
 
 #define PA_SINKS_NONE 0
 #define PA_SINKS_FP32 1
@@ -134,7 +142,7 @@
 #define PA_WINDOW_NONE 0xFFFFFFFF
 #define PA_MAX_Q_LEN 16
 /* rows of one task (q heads x query tokens) the scratch holds: o_tmp's half at D = 256 (PA_O_TMP_HALF_ELEMS
- * / 256); the planner takes fewer heads per task when q_len > 1 (heads <= PA_MAX_TASK_ROWS / q_len) */
+ * / 256; at MLA's D = 512, 64); the planner takes fewer heads per task when q_len > 1 (heads <= rows / q_len) */
 #define PA_MAX_TASK_ROWS 128
 
 /* pa_supported_features() bits: what a library executes beyond v2 */
@@ -142,7 +150,21 @@
 #define PA_FEATURE_WINDOW 2
 #define PA_FEATURE_SINKS 4
 #define PA_FEATURE_LSE 8
-#define PA_FEATURES_ALL 15
+#define PA_FEATURE_MLA 16
+#define PA_FEATURES_ALL 31
+
+/* ---- MLA (v4, PA_TW_ROPE_DIM = R > 0): absorbed latent attention as DeepSeek-V3 decodes it ---------------
+ * q [B, q_len, Hq, D] is the no-position query already multiplied by W_UK, q_rope [B, q_len, Hq, R] its rope
+ * part; the latent cache (PA_ARG_K, the same pointer as PA_ARG_V) holds [num_blocks, block_size, 1, D] and the
+ * rope cache [num_blocks, block_size, 1, R].  score(h, j) = tor * (q[h] . latent[j] + q_rope[h] . rope[j]);
+ * o[h] = softmax(score) . latent (D wide, the caller applies W_UV).  The shape rules: D = PA_MLA_LATENT_DIM,
+ * R = PA_MLA_ROPE_DIM, Hkv = 1, 1 <= Hq <= PA_MLA_MAX_HEADS (PA_MAX_GROUP does not apply).  Every other rule
+ * (q_len, causality, window, sinks, lse, splits, the layout) is the one of the other launches, with D = 512:
+ * a task then holds at most PA_O_TMP_HALF_ELEMS / D = 64 rows, and the tile rule sizes tiles by D.  The rope
+ * part adds R columns to the Q.K^T of a tile; P.V reads the latent as V. */
+#define PA_MLA_LATENT_DIM 512
+#define PA_MLA_ROPE_DIM 64
+#define PA_MLA_MAX_HEADS 128
 
 /* ---- per-sequence slot s: words [PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * s, +17) ------------- */
 #define PA_BF_Q_SEQLEN 0        /* q_len (PA_TW_Q_LEN) for a non-empty slot, 0 for an empty one          */
@@ -265,7 +287,8 @@ static inline uint32_t pa_kv_first_token(uint32_t kv_len, uint32_t q_len, uint32
  *   PA_BF_ADDR_L = n * R * kvCN,  PA_BF_ADDR_OFD = n * R * D   (the kernel multiplies OFD by kvCN)
  * and the buffers hold at least: q, o B*R*D; k, v num_blocks*bs*Hkv*D; block_tables B*max_blocks;
  * o_core B_nonempty*R*kvCN*D; l B_nonempty*R*kvCN; lse B*R; sinks Hq; s, p, o_tmp block_dim * their core
- * stride.  Per task and tile the scratch rows are q heads x q_len. */
+ * stride; under MLA q_rope B*R*PA_TW_ROPE_DIM and k_rope num_blocks*bs*PA_TW_ROPE_DIM (q_rope's rows follow
+ * q's, at PA_BF_ADDR_Q / D * PA_TW_ROPE_DIM).  Per task and tile the scratch rows are q heads x q_len. */
 
 /* ---- where our planner departs from ATB, and why ------------------------------------------------------
  * 1. Long-sequence split-KV keeps ATB's batch guard (B <= 0.8 * block_dim), which the upstream port dropped

@@ -11,6 +11,8 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from launcher.errors import KernelContractError
 from launcher.functional import paged_attention
+from launcher.mla import MlaPagedAttentionRunner, mla_paged_attention
 from launcher.runner import PagedAttentionRunner
 
-__all__ = ["KernelContractError", "PagedAttentionRunner", "paged_attention"]
+__all__ = ["KernelContractError", "MlaPagedAttentionRunner", "PagedAttentionRunner", "mla_paged_attention",
+           "paged_attention"]

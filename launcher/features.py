@@ -28,24 +28,28 @@ FEATURE_ARGUMENTS: dict[abi.Feature, str] = {
     abi.Feature.WINDOW: "window_left",
     abi.Feature.SINKS: "sinks",
     abi.Feature.LSE: "return_lse",
+    abi.Feature.MLA: "MLA (mla_paged_attention, MlaPagedAttentionRunner)",
 }
 
 
 @dataclass(frozen=True)
 class DecodeFeatures:
     """A runner's decode features, validated: ``q_len`` query tokens per sequence, ``window_left`` (-1: none),
-    the sinks' element type (None: no sinks) and whether each launch writes the lse."""
+    the sinks' element type (None: no sinks), whether each launch writes the lse, and MLA's rope width (0: not
+    MLA)."""
 
     q_len: int = 1
     window_left: int = -1
     sinks_dtype: str | None = None
     return_lse: bool = False
+    rope_dim: int = 0
 
     @property
     def bits(self) -> int:
         """The :class:`tiling.abi.Feature` bits a library must execute for these features."""
         return rules.requested_features(q_len=self.q_len, window_left=self.window_left,
-                                        sinks_dtype=self.sinks_dtype, return_lse=self.return_lse)
+                                        sinks_dtype=self.sinks_dtype, return_lse=self.return_lse,
+                                        rope_dim=self.rope_dim)
 
     @property
     def sinks_torch_dtype(self) -> torch.dtype | None:
@@ -54,7 +58,7 @@ class DecodeFeatures:
     def plan_options(self) -> dict[str, Any]:
         """The planner's keywords for these features."""
         return {"q_len": self.q_len, "window_left": self.window_left, "sinks_dtype": self.sinks_dtype,
-                "return_lse": self.return_lse}
+                "return_lse": self.return_lse, "rope_dim": self.rope_dim}
 
 
 def sinks_dtype_name(dtype: object) -> str | None:
@@ -86,13 +90,14 @@ def check_sinks(sinks: object, *, num_heads: int, device: torch.device) -> torch
 
 
 def decode_features(*, q_len: object = 1, window_left: object = -1, sinks_dtype: object = None,
-                    return_lse: object = False) -> DecodeFeatures:
+                    return_lse: object = False, rope_dim: object = 0) -> DecodeFeatures:
     """Validate the feature options (the rules of :mod:`tiling.rules`, the planner's own)."""
     q = rules.validate_q_len(q_len)
     window = rules.validate_window_left(window_left)
     name = sinks_dtype_name(sinks_dtype)
     rules.validate_option("return_lse", return_lse, (True, False))
-    return DecodeFeatures(q_len=q, window_left=window, sinks_dtype=name, return_lse=bool(return_lse))
+    return DecodeFeatures(q_len=q, window_left=window, sinks_dtype=name, return_lse=bool(return_lse),
+                          rope_dim=rules.validate_rope_dim(rope_dim))
 
 
 def check_supported(features: DecodeFeatures, library: KernelLibrary, backend: str) -> None:

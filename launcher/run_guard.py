@@ -41,6 +41,9 @@ class RunExpect:
     #: the sinks' element type, None when the runner was planned without sinks; their shape, [num_heads]
     sinks_dtype: torch.dtype | None
     sinks_shape: torch.Size
+    #: MLA: query_rope's and kv_rope_cache's shapes (None for GQA/MQA/MHA), checked by :func:`check_rope`
+    rope_query_shape: torch.Size | None = None
+    rope_cache_shape: torch.Size | None = None
 
     @property
     def has_features(self) -> bool:
@@ -49,7 +52,8 @@ class RunExpect:
 
     @classmethod
     def of(cls, query_rows: torch.Tensor, cache_shape: torch.Size, block_table: torch.Tensor,
-           lse_rows: torch.Tensor | None = None, sinks_dtype: torch.dtype | None = None) -> RunExpect:
+           lse_rows: torch.Tensor | None = None, sinks_dtype: torch.dtype | None = None,
+           rope_shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> RunExpect:
         cache_elems = 1
         for size in cache_shape:
             cache_elems *= int(size)
@@ -57,7 +61,8 @@ class RunExpect:
         return cls(query_rows.shape, cache_shape, query_rows.dtype, query_rows.device,
                    query_rows.numel() * query_rows.element_size(), cache_elems * query_rows.element_size(),
                    start, start + block_table.numel() * block_table.element_size(),
-                   None if lse_rows is None else lse_rows.shape, sinks_dtype, query_rows.shape[-2:-1])
+                   None if lse_rows is None else lse_rows.shape, sinks_dtype, query_rows.shape[-2:-1],
+                   *((None, None) if rope_shapes is None else (torch.Size(rope_shapes[0]), torch.Size(rope_shapes[1]))))
 
 
 def check_run_tensor(tensor: object, name: str, shape: torch.Size, expect: RunExpect,
@@ -148,3 +153,25 @@ def check_features(expect: RunExpect, args: list[Any], lse: object, sinks: objec
             spans["out"] = (out_ptr, out_ptr + expect.query_bytes)
             _refuse_overlap("lse", pl, lse_bytes, spans)
         args[_FIRST + ArgSlot.LSE] = pl
+
+
+def check_rope(expect: RunExpect, args: list[Any], query_rope: object, kv_rope_cache: object) -> None:
+    """MLA's rope parts of a call whose other tensors passed (their pointers are in ``args``): the planned shapes,
+    the query's dtype and device, dense, and no byte shared with the buffers the kernel writes; on success their
+    pointers are written into ``args``."""
+    assert expect.rope_query_shape is not None and expect.rope_cache_shape is not None
+    qr = check_run_tensor(query_rope, "query_rope", expect.rope_query_shape, expect)
+    kr = check_run_tensor(kv_rope_cache, "kv_rope_cache", expect.rope_cache_shape, expect)
+    pqr, pkr = qr.data_ptr(), kr.data_ptr()
+    if not pkr or (qr.numel() and not pqr):
+        raise ValueError("query_rope and kv_rope_cache must have storage (a data pointer), got a NULL pointer "
+                         "(a meta or empty tensor?)")
+    spans = {"query_rope": (pqr, pqr + qr.numel() * qr.element_size()),
+             "kv_rope_cache": (pkr, pkr + kr.numel() * kr.element_size())}
+    if expect.query_bytes:
+        _refuse_overlap("out", args[_FIRST + ArgSlot.O], expect.query_bytes, spans)
+    lse_ptr = args[_FIRST + ArgSlot.LSE]
+    if expect.lse_shape is not None and lse_ptr:
+        lse_bytes = 4 * int(torch.Size(expect.lse_shape).numel())
+        _refuse_overlap("lse", lse_ptr, lse_bytes, spans)
+    args[_FIRST + ArgSlot.Q_ROPE], args[_FIRST + ArgSlot.K_ROPE] = pqr, pkr

@@ -22,7 +22,7 @@ import torch
 from launcher import run_check, validation
 from launcher.backends import Backend, Launch, get_backend
 from launcher.features import DecodeFeatures, check_sinks, check_supported, decode_features
-from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_features, check_run
+from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_features, check_rope, check_run
 from launcher.staging import Capacity, DeviceState, with_batch
 from launcher.validation import DecodeShape
 from tiling import PagedAttentionPlan, abi, plan_paged_attention, rules
@@ -78,25 +78,36 @@ class PagedAttentionRunner:
         handoff_tokens: int | None = None, max_batch: int | None = None, max_pages_per_seq: int | None = None,
         window_left: int = -1, sinks: torch.Tensor | None = None, return_lse: bool = False,
     ) -> None:
-        device = query.device if isinstance(query, torch.Tensor) else torch.device("cpu")
-        resolved = get_backend(backend, device)
+        resolved = get_backend(backend, query.device if isinstance(query, torch.Tensor) else torch.device("cpu"))
         shape = validation.check_tensors(query, key_cache, value_cache, block_table,
                                          device_type=resolved.device_type)
         features = decode_features(q_len=shape.q_len, window_left=window_left, return_lse=return_lse,
                                    sinks_dtype=None if sinks is None else check_sinks(
                                        sinks, num_heads=shape.num_heads, device=shape.device).dtype)
+        self._bind(resolved, shape, features, {"query": query, "key_cache": key_cache, "value_cache": value_cache,
+                                               "block_table": block_table}, context_lens, sinks=sinks, out=out,
+                   max_batch=max_batch, max_pages_per_seq=max_pages_per_seq, scale=scale, stream=stream,
+                   checked=checked, core_count=core_count, strategy=strategy, batch_invariant=batch_invariant,
+                   handoff_tokens=handoff_tokens)
+
+    def _bind(self, backend: Backend, shape: DecodeShape, features: DecodeFeatures, inputs: dict[str, torch.Tensor],
+              context_lens: torch.Tensor | Sequence[int], *, sinks: torch.Tensor | None, out: torch.Tensor | None,
+              max_batch: int | None, max_pages_per_seq: int | None, **options: Any) -> None:
+        """The constructor's work once the tensors are checked: capacity, output, lengths and block ids (before
+        any library is loaded), the buffers, and the first step's plan.  ``inputs`` are the checked tensors by
+        argument name (``query``, the caches, ``block_table``, and MLA's rope parts)."""
+        query, block_table = inputs["query"], inputs["block_table"]
         capacity = Capacity.of(shape, query.dtype, max_batch=max_batch, max_pages_per_seq=max_pages_per_seq)
         if out is not None:
-            out = validation.check_out(out, with_batch(shape, capacity.max_batch), query.dtype,
-                                       {"query": query, "key_cache": key_cache, "value_cache": value_cache,
-                                        "block_table": block_table})
-        lens = validation.check_context_lens(context_lens, shape)  # before any library is loaded
-        if resolved.device_type == "cpu":
+            out = validation.check_out(out, with_batch(shape, capacity.max_batch), query.dtype, inputs)
+        lens = validation.check_context_lens(context_lens, shape)
+        if backend.device_type == "cpu":
             validation.check_block_ids(block_table, lens, shape, window_left=features.window_left)
-        self._setup(capacity, resolved, features, scale=scale, out=out, stream=stream, checked=checked,
-                    core_count=core_count, strategy=strategy, batch_invariant=batch_invariant,
-                    handoff_tokens=handoff_tokens)
-        self.query, self.key_cache, self.value_cache = query, key_cache, value_cache
+        self._setup(capacity, backend, features, out=out, **options)
+        self.query = query
+        self.key_cache = inputs.get("key_cache", inputs.get("kv_cache"))
+        self.value_cache = inputs.get("value_cache", inputs.get("kv_cache"))
+        self.query_rope, self.kv_rope_cache = inputs.get("query_rope"), inputs.get("kv_rope_cache")
         self.sinks = sinks
         self.update(context_lens, block_table)
 
@@ -116,19 +127,27 @@ class PagedAttentionRunner:
         ``sinks_dtype`` (a torch dtype) plans sinks of that type, which each :meth:`run` then takes as
         ``sinks=`` (a layer's own).  These and ``window_left``/``return_lse`` are fixed for the runner's life:
         keep one runner per layer kind (a sliding-window layer and a full one, say)."""
+        return cls._unbound(
+            device=device, backend=backend, sizes={
+                "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim, "block_size": block_size,
+                "dtype": dtype, "max_batch": max_batch, "max_pages_per_seq": max_pages_per_seq,
+                "num_blocks": num_blocks, "q_len": q_len},
+            features={"window_left": window_left, "sinks_dtype": sinks_dtype, "return_lse": return_lse},
+            scale=scale, stream=stream, checked=checked, core_count=core_count, strategy=strategy,
+            batch_invariant=batch_invariant, handoff_tokens=handoff_tokens)
+
+    @classmethod
+    def _unbound(cls, *, device: str | torch.device, backend: str | Backend | None, sizes: dict[str, Any],
+                 features: dict[str, Any], **options: Any) -> Any:
+        """A runner from sizes (``Capacity.for_engine``'s keywords) and feature options, bound to no tensors."""
         dev = torch.device(device)
         resolved = get_backend(backend, dev)
-        capacity = Capacity.for_engine(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                                       block_size=block_size, dtype=dtype, max_batch=max_batch,
-                                       max_pages_per_seq=max_pages_per_seq, num_blocks=num_blocks, device=dev,
-                                       device_type=resolved.device_type, q_len=q_len)
-        features = decode_features(q_len=capacity.q_len, window_left=window_left, sinks_dtype=sinks_dtype,
-                                   return_lse=return_lse)
+        capacity = Capacity.for_engine(**sizes, device=dev, device_type=resolved.device_type)
+        decode = decode_features(q_len=capacity.q_len, rope_dim=capacity.rope_dim, **features)
         runner = cls.__new__(cls)
-        runner._setup(capacity, resolved, features, scale=scale, out=None, stream=stream, checked=checked,
-                      core_count=core_count, strategy=strategy, batch_invariant=batch_invariant,
-                      handoff_tokens=handoff_tokens)
+        runner._setup(capacity, resolved, decode, out=None, **options)
         runner.query = runner.key_cache = runner.value_cache = None
+        runner.query_rope = runner.kv_rope_cache = None
         runner.update([])
         return runner
 
@@ -156,6 +175,8 @@ class PagedAttentionRunner:
         self._stream, self._stream_handle = backend.resolve_stream(stream)
         self._device = DeviceState(capacity, backend, self._stream, core_count=self.core_count,
                                    handoff_tokens=self.handoff_tokens, out=out, return_lse=features.return_lse)
+        self.query_rope: torch.Tensor | None = None
+        self.kv_rope_cache: torch.Tensor | None = None
         self.plan: PagedAttentionPlan | None = None
         self._fast = run_check.load()
 
@@ -224,8 +245,10 @@ class PagedAttentionRunner:
         lse = self._device.lse
         self.lse: torch.Tensor | None = lse if lse is None or batch == lse.shape[0] else lse[:batch]
         self.block_table = self._device.table[:batch]
-        self._expect = RunExpect.of(self.out, self.capacity.cache_shape, self._device.table, self.lse,
-                                    self.features.sinks_torch_dtype)
+        cap = self.capacity
+        self._expect = RunExpect.of(self.out, cap.cache_shape, self._device.table, self.lse,
+                                    self.features.sinks_torch_dtype,
+                                    (cap.rope_query_shape(batch), cap.rope_cache_shape) if cap.rope_dim else None)
         self._fast_expect = None if self._fast is None else self._fast.make_expect(
             self.out, tuple(self.capacity.cache_shape), self._device.table, _Q_ARG, _K_ARG, _V_ARG, _O_ARG)
 
@@ -247,11 +270,18 @@ class PagedAttentionRunner:
         if sinks_dtype is not None:  # each run() passes its layer's sinks: the same shape and type
             extents[ArgSlot.SINKS] = self.capacity.num_heads * sinks_dtype.itemsize
         extents[ArgSlot.K] = extents[ArgSlot.V] = self._expect.cache_bytes
+        cap = self.capacity
+        if cap.rope_dim:  # MLA: the rope parts, R-wide rows beside q's and the latent cache's
+            extents[ArgSlot.Q_ROPE] = extents[ArgSlot.O] // cap.head_dim * cap.rope_dim
+            extents[ArgSlot.K_ROPE] = self._expect.cache_bytes // cap.head_dim * cap.rope_dim
         bound = self.query is not None and self.query.shape[0] == plan.batch
         if bound:
             assert self.key_cache is not None and self.value_cache is not None
             pointers[ArgSlot.Q] = self.query.data_ptr()
             pointers[ArgSlot.K], pointers[ArgSlot.V] = self.key_cache.data_ptr(), self.value_cache.data_ptr()
+            if self.query_rope is not None and self.kv_rope_cache is not None:
+                pointers[ArgSlot.Q_ROPE] = self.query_rope.data_ptr()
+                pointers[ArgSlot.K_ROPE] = self.kv_rope_cache.data_ptr()
         self._args: tuple[Any, ...] = (plan.block_dim, self._stream_handle, *pointers)
         self._extents = tuple(extents)
         make = self.backend.make_launch
@@ -300,6 +330,12 @@ class PagedAttentionRunner:
         ``TypeError``/``ValueError`` before anything is launched.  Nothing is planned, allocated or copied to
         the host here.
         """
+        return self._run(query, key_cache, value_cache, out, lse, sinks, None)
+
+    def _run(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, out: torch.Tensor | None,
+             lse: torch.Tensor | None, sinks: torch.Tensor | None,
+             rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """run()'s checks and launch; ``rope`` is MLA's (query_rope, kv_rope_cache), None otherwise."""
         if out is None:
             out = self.out
         if lse is None:
@@ -311,6 +347,8 @@ class PagedAttentionRunner:
             check_run(expect, self._run_args, query, key_cache, value_cache, out, lse, sinks)
         elif expect.has_features or lse is not None or sinks is not None:  # the compiled check covers q, k, v, o
             check_features(expect, self._run_args, lse, sinks)
+        if rope is not None:
+            check_rope(expect, self._run_args, *rope)
         result = out if lse is None else (out, lse)
         if self.plan is None:
             return result

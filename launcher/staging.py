@@ -57,6 +57,8 @@ class Capacity:
     #: query tokens per sequence, and whether queries and outputs have the token axis (4-D)
     q_len: int = 1
     token_axis: bool = False
+    #: MLA's rope width (0: GQA/MQA/MHA); the caches are then the latent cache and its rope cache
+    rope_dim: int = 0
 
     @property
     def dtype_name(self) -> str:
@@ -78,16 +80,25 @@ class Capacity:
     def cache_shape(self) -> torch.Size:
         return torch.Size((self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim))
 
+    def rope_query_shape(self, batch: int) -> tuple[int, ...]:
+        """MLA: a step's query_rope shape ``[batch, (q_len,) num_heads, rope_dim]``."""
+        return (batch, *self._tokens, self.num_heads, self.rope_dim)
+
+    @property
+    def rope_cache_shape(self) -> torch.Size:
+        """MLA: the rope cache's shape ``[num_blocks, block_size, 1, rope_dim]``."""
+        return torch.Size((self.num_blocks, self.block_size, self.num_kv_heads, self.rope_dim))
+
     def step_shape(self, batch: int) -> DecodeShape:
         return DecodeShape(batch=batch, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                            head_dim=self.head_dim, block_size=self.block_size, num_blocks=self.num_blocks,
                            max_pages=self.max_pages, dtype=self.dtype_name, device=self.device, q_len=self.q_len,
-                           token_axis=self.token_axis)
+                           token_axis=self.token_axis, rope_dim=self.rope_dim)
 
     def _validate(self) -> Capacity:
         rules.validate_shape(batch=self.max_batch, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                              head_dim=self.head_dim, block_size=self.block_size, max_pages=self.max_pages,
-                             num_blocks=self.num_blocks, core_count=1)
+                             num_blocks=self.num_blocks, core_count=1, rope_dim=self.rope_dim)
         return self
 
     @classmethod
@@ -98,13 +109,14 @@ class Capacity:
         pages = shape.max_pages if max_pages_per_seq is None else \
             _require_int("max_pages_per_seq", max_pages_per_seq, shape.max_pages)
         return cls(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.block_size, shape.num_blocks,
-                   batch, pages, dtype, shape.device, shape.q_len, shape.token_axis)._validate()
+                   batch, pages, dtype, shape.device, shape.q_len, shape.token_axis, shape.rope_dim)._validate()
 
     @classmethod
     def for_engine(cls, *, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: object,
                    max_batch: int, max_pages_per_seq: int, num_blocks: int, device: torch.device,
-                   device_type: str, q_len: int = 1) -> Capacity:
-        """The sizes an engine names; ``q_len`` > 1 gives 4-D queries and outputs (1 keeps them 3-D)."""
+                   device_type: str, q_len: int = 1, rope_dim: int = 0) -> Capacity:
+        """The sizes an engine names; ``q_len`` > 1 gives 4-D queries and outputs (1 keeps them 3-D); ``rope_dim``
+        > 0 is MLA's."""
         sizes = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
                  "block_size": block_size, "max_batch": max_batch, "max_pages_per_seq": max_pages_per_seq,
                  "num_blocks": num_blocks}
@@ -116,7 +128,7 @@ class Capacity:
             raise ValueError(f"device must be a {device_type!r} device for this backend, got {device}")
         q_len = rules.validate_q_len(q_len)
         return cls(num_heads, num_kv_heads, head_dim, block_size, num_blocks, max_batch, max_pages_per_seq,
-                   dtype, device, q_len, q_len > 1)._validate()  # type: ignore[arg-type]
+                   dtype, device, q_len, q_len > 1, rules.validate_rope_dim(rope_dim))._validate()  # type: ignore[arg-type]
 
 
 class DeviceState:

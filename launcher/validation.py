@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tiling import rules
+from tiling import abi, rules
 
 #: Input dtypes the kernels execute, by the planner's dtype names.
 DTYPE_NAMES: dict[torch.dtype, str] = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -40,12 +40,24 @@ class DecodeShape:
     #: query tokens per sequence, and whether the query (and so the output) has the token axis
     q_len: int = 1
     token_axis: bool = False
+    #: MLA's rope width (query_rope's and kv_rope_cache's last dim), 0 for GQA/MQA/MHA
+    rope_dim: int = 0
 
     @property
     def query_shape(self) -> tuple[int, ...]:
         """The query's (and the output's) shape: ``[batch, (q_len,) num_heads, head_dim]``."""
         tokens = (self.q_len,) if self.token_axis else ()
         return (self.batch, *tokens, self.num_heads, self.head_dim)
+
+    @property
+    def rope_query_shape(self) -> tuple[int, ...]:
+        """MLA: query_rope's shape, the query's with ``rope_dim`` last."""
+        return (*self.query_shape[:-1], self.rope_dim)
+
+    @property
+    def rope_cache_shape(self) -> tuple[int, ...]:
+        """MLA: kv_rope_cache's shape ``[num_blocks, block_size, 1, rope_dim]``."""
+        return (self.num_blocks, self.block_size, self.num_kv_heads, self.rope_dim)
 
     @property
     def query_layout(self) -> str:
@@ -71,29 +83,39 @@ def _require_contiguous(tensor: torch.Tensor, name: str) -> None:
         )
 
 
+#: The caches' argument names: GQA's two, and MLA's one latent cache (read as K and V).
+GQA_CACHES = ("key_cache", "value_cache")
+MLA_CACHES = ("kv_cache", "kv_cache")
+
+
 def check_tensors(
-    query: object, key_cache: object, value_cache: object, block_table: object, *, device_type: str
+    query: object, key_cache: object, value_cache: object, block_table: object, *, device_type: str,
+    rope_dim: int = 0,
 ) -> DecodeShape:
-    """Types, ranks, dtypes, devices, contiguity and mutual shapes of the four input tensors."""
+    """Types, ranks, dtypes, devices, contiguity and mutual shapes of the four input tensors; with ``rope_dim``
+    (MLA) the caches are the one latent cache and the shape rules are MLA's (:func:`check_mla_tensors`)."""
+    k_name, v_name = MLA_CACHES if rope_dim else GQA_CACHES
+    layout = "[num_blocks, block_size, 1, kv_lora_rank]" if rope_dim else \
+        "[num_blocks, block_size, num_kv_heads, head_dim]"
     q = _require_tensor(query, "query")
-    k = _require_tensor(key_cache, "key_cache")
-    v = _require_tensor(value_cache, "value_cache")
+    k = _require_tensor(key_cache, k_name)
+    v = _require_tensor(value_cache, v_name)
     if q.dim() not in (QUERY_DIMS, TOKENS_QUERY_DIMS):
         raise ValueError(f"query must be 3-D [batch, num_heads, head_dim] (one token per sequence) or 4-D "
                          f"[batch, q_len, num_heads, head_dim], got shape {tuple(q.shape)}")
-    _require_dims(k, "key_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
-    _require_dims(v, "value_cache", CACHE_DIMS, "[num_blocks, block_size, num_kv_heads, head_dim]")
+    _require_dims(k, k_name, CACHE_DIMS, layout)
+    _require_dims(v, v_name, CACHE_DIMS, layout)
     if q.dtype not in DTYPE_NAMES:
         raise TypeError(f"query dtype must be torch.float16 or torch.bfloat16, got {q.dtype}")
-    for name, tensor in (("key_cache", k), ("value_cache", v)):
+    for name, tensor in ((k_name, k), (v_name, v)):
         if tensor.dtype != q.dtype:
             raise TypeError(f"{name} dtype must match query ({q.dtype}), got {tensor.dtype}")
     if q.device.type != device_type:
         raise ValueError(f"query must be on a {device_type!r} device for this backend, got {q.device}")
-    for name, tensor in (("key_cache", k), ("value_cache", v)):
+    for name, tensor in ((k_name, k), (v_name, v)):
         if tensor.device != q.device:
             raise ValueError(f"{name} must be on the query's device {q.device}, got {tensor.device}")
-    for name, tensor in (("query", q), ("key_cache", k), ("value_cache", v)):
+    for name, tensor in (("query", q), (k_name, k), (v_name, v)):
         _require_contiguous(tensor, name)
     bt = check_table_tensor(block_table, q.device)
     token_axis = q.dim() == TOKENS_QUERY_DIMS
@@ -101,20 +123,50 @@ def check_tensors(
     q_len = rules.validate_q_len(int(q.shape[1])) if token_axis else 1
     num_blocks, block_size, num_kv_heads, cache_dim = k.shape
     if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"value_cache shape must equal key_cache's {tuple(k.shape)}, got {tuple(v.shape)}")
+        raise ValueError(f"{v_name} shape must equal {k_name}'s {tuple(k.shape)}, got {tuple(v.shape)}")
     if cache_dim != head_dim:
-        raise ValueError(f"key_cache head_dim (last dim) must equal query's head_dim {head_dim}, got {cache_dim}")
+        raise ValueError(f"{k_name} head_dim (last dim) must equal query's head_dim {head_dim}, got {cache_dim}")
     if bt.shape[0] != batch:
         raise ValueError(f"block_table must have one row per sequence ({batch} rows), got {bt.shape[0]}")
     shape = DecodeShape(
         batch=int(batch), num_heads=int(num_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
         block_size=int(block_size), num_blocks=int(num_blocks), max_pages=int(bt.shape[1]),
-        dtype=DTYPE_NAMES[q.dtype], device=q.device, q_len=q_len, token_axis=token_axis,
+        dtype=DTYPE_NAMES[q.dtype], device=q.device, q_len=q_len, token_axis=token_axis, rope_dim=rope_dim,
     )
     rules.validate_shape(
         batch=shape.batch, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
         block_size=shape.block_size, max_pages=shape.max_pages, num_blocks=shape.num_blocks, core_count=1,
+        rope_dim=rope_dim,
     )
+    return shape
+
+
+def check_rope_tensor(tensor: object, name: str, want: tuple[int, ...], like: torch.Tensor, layout: str) -> None:
+    """An MLA rope tensor: ``want``'s shape (its last dim the rope width), ``like``'s dtype and device, dense."""
+    t = _require_tensor(tensor, name)
+    if t.dim() != len(want) or tuple(t.shape[:-1]) != want[:-1]:
+        raise ValueError(f"{name} must be {layout} = {want}, got shape {tuple(t.shape)}")
+    if t.shape[-1] != want[-1]:
+        raise ValueError(f"{name}'s last dim is MLA's rope width (qk_rope_head_dim), which must be {want[-1]}, got "
+                         f"{t.shape[-1]}")
+    if t.dtype != like.dtype:
+        raise TypeError(f"{name} dtype must match query ({like.dtype}), got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on the query's device {like.device}, got {t.device}")
+    _require_contiguous(t, name)
+
+
+def check_mla_tensors(query: object, query_rope: object, kv_cache: object, kv_rope_cache: object,
+                      block_table: object, *, device_type: str) -> DecodeShape:
+    """MLA's inputs: ``query`` ``[b, (q_len,) H, 512]`` and ``kv_cache`` ``[num_blocks, block_size, 1, 512]`` by
+    :func:`check_tensors`' rules (the latent cache is K and V), then their rope parts, 64 wide."""
+    shape = check_tensors(query, kv_cache, kv_cache, block_table, device_type=device_type,
+                          rope_dim=abi.MLA_ROPE_DIM)
+    assert isinstance(query, torch.Tensor)
+    check_rope_tensor(query_rope, "query_rope", shape.rope_query_shape, query,
+                      "[batch, (q_len,) num_heads, rope_dim] (query's shape with the rope width last)")
+    check_rope_tensor(kv_rope_cache, "kv_rope_cache", shape.rope_cache_shape, query,
+                      "[num_blocks, block_size, 1, rope_dim] (kv_cache's pages with the rope width last)")
     return shape
 
 

@@ -162,7 +162,8 @@ def test_stream_defaults_to_current_stream_and_args_are_recorded(fake_npu: FakeN
     for slot in abi.ArgSlot:
         expected = used[slot].data_ptr() if slot in used else None
         assert lib.fake_ptr(int(slot)) == expected, f"slot {slot.name}"
-    assert {abi.ArgSlot.MASK, abi.ArgSlot.SINKS, abi.ArgSlot.LSE, abi.ArgSlot.K16, abi.ArgSlot.V16}.isdisjoint(used)
+    assert {abi.ArgSlot.MASK, abi.ArgSlot.SINKS, abi.ArgSlot.LSE, abi.ArgSlot.Q_ROPE,
+            abi.ArgSlot.K_ROPE}.isdisjoint(used)
 
 
 def test_launch_arguments_are_one_cached_tuple(fake_npu: FakeNpu, fake_libraries: dict[str, Path]) -> None:

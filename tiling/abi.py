@@ -1,4 +1,4 @@
-"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v3).
+"""Python mirror of ``kernel/pa_kernel_abi.h`` (kernel ABI v4).
 
 Every number the host needs to talk to a kernel lives in that header; this module gives each one a name so
 that no other file indexes the tiling tensor or the argument list with a bare number.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 class ArgSlot(IntEnum):
@@ -36,8 +36,8 @@ class ArgSlot(IntEnum):
     LSE = 17
     O_CORE = 18
     L = 19
-    K16 = 20
-    V16 = 21
+    Q_ROPE = 20
+    K_ROPE = 21
     TILING = 22
 
 
@@ -101,9 +101,10 @@ class TilingWord(IntEnum):
     WINDOW_LEFT = 45
     SINKS_DTYPE = 46
     LSE = 47
+    ROPE_DIM = 48
 
 
-TILING_HEADER_WORDS = 48
+TILING_HEADER_WORDS = 49
 
 SINKS_NONE = 0
 SINKS_FP32 = 1
@@ -121,9 +122,15 @@ class Feature(IntEnum):
     WINDOW = 2
     SINKS = 4
     LSE = 8
+    MLA = 16
 
 
-FEATURES_ALL = 15
+FEATURES_ALL = 31
+
+# MLA (ABI v4, header "MLA"): the latent width D, the rope width R, and the query heads one launch takes.
+MLA_LATENT_DIM = 512
+MLA_ROPE_DIM = 64
+MLA_MAX_HEADS = 128
 
 
 class BatchField(IntEnum):

@@ -26,6 +26,7 @@ from tiling.rules import (
     validate_plan_options,
     validate_q_len,
     validate_query_tokens,
+    validate_rope_dim,
     validate_scale,
     validate_shape,
     validate_sinks_dtype,
@@ -75,6 +76,8 @@ class PagedAttentionPlan:
     window_left: int = -1
     sinks_dtype: str | None = None
     return_lse: bool = False
+    #: MLA (ABI v4 word 48): the rope width R of an absorbed-MLA launch (``head_dim`` is then the latent's), or 0
+    rope_dim: int = 0
 
     @property
     def nonempty_batch(self) -> int:
@@ -90,7 +93,7 @@ class PagedAttentionPlan:
     def features(self) -> int:
         """The :class:`abi.Feature` bits this plan asks of a library."""
         return requested_features(q_len=self.q_len, window_left=self.window_left, sinks_dtype=self.sinks_dtype,
-                                  return_lse=self.return_lse)
+                                  return_lse=self.return_lse, rope_dim=self.rope_dim)
 
 
 def _float_bits(value: float) -> int:
@@ -135,7 +138,7 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         t.HEADDIM_V_SPLIT_VECTOR_TAIL: min(d, abi.MAX_HEAD_DIM),
         t.HANDOFF_TOKENS: v["handoff_tokens"], t.SCORE_STAGE_ELEMS: v["score_stage_elems"],
         t.Q_LEN: v["q_len"], t.WINDOW_LEFT: v["window_left"] & UINT32_MASK, t.SINKS_DTYPE: v["sinks_code"],
-        t.LSE: v["lse"],
+        t.LSE: v["lse"], t.ROPE_DIM: v["rope_dim"],
     }
     for word, value in values.items():
         words[word] = value
@@ -200,6 +203,7 @@ def plan_paged_attention(
     window_left: int = -1,
     sinks_dtype: str | None = None,
     return_lse: bool = False,
+    rope_dim: int = 0,
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
@@ -219,13 +223,22 @@ def plan_paged_attention(
     them; a task then holds heads x q_len rows, at most ``abi.MAX_TASK_ROWS``), ``window_left`` (-1 or W >= 0:
     the grid and the splits cover only the pages from each sequence's first window page on), ``sinks_dtype``
     (None, 'fp32', 'fp16', 'bf16') and ``return_lse``.
+
+    MLA (README, "MLA decode"): ``rope_dim`` = ``abi.MLA_ROPE_DIM`` plans an absorbed-MLA step, with ``head_dim``
+    the latent width (``abi.MLA_LATENT_DIM``) and ``num_kv_heads`` 1; every other option means what it means
+    for GQA (the latent is one KV head that all query heads share).
     """
     validate_dtype(dtype)
     validate_plan_options(strategy=strategy, batch_invariant=batch_invariant, handoff_tokens=handoff_tokens)
+    rope_dim = validate_rope_dim(rope_dim)
+    if rope_dim and batch_invariant:
+        raise ValueError("batch_invariant=True is not planned for MLA (rope_dim > 0): its pinned tile does not fit "
+                         "MLA's 512-wide latent")
     lens = lengths_array(context_lens)
     validate_shape(
         batch=lens.size, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, core_count=core_count,
+        rope_dim=rope_dim,
     )
     if lens.size == 0:
         raise ValueError("context_lens must hold at least one sequence: an empty step has nothing to plan "
@@ -249,7 +262,7 @@ def plan_paged_attention(
     else:
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
     if grid is None:
-        split = cap_task_rows(split, q_len, num_heads, num_kv_heads)
+        split = cap_task_rows(split, q_len, num_heads, num_kv_heads, head_dim)
     gather = gather_order(read)
     if read.min() != read.max():  # departure 10; a pinned grid (given, forced, batch-invariant) only gets the order
         split, gather = balance_ragged(
@@ -264,7 +277,7 @@ def plan_paged_attention(
         words, split, key, batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         num_blocks=num_blocks, block_size=block_size, max_pages=max_pages, scale_bits=_float_bits(scale),
         max_kv=int(lens.max()), tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
-        q_len=q_len, window_left=window_left, sinks_code=sinks_code, lse=int(return_lse),
+        q_len=q_len, window_left=window_left, sinks_code=sinks_code, lse=int(return_lse), rope_dim=rope_dim,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
                   kv_core_num=split.kv_core_num, gather=gather, q_len=q_len)
@@ -280,5 +293,5 @@ def plan_paged_attention(
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
         context_lens=tuple(lens.tolist()), batch_invariant=batch_invariant,
         handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS, q_len=q_len, window_left=window_left,
-        sinks_dtype=sinks_dtype, return_lse=bool(return_lse),
+        sinks_dtype=sinks_dtype, return_lse=bool(return_lse), rope_dim=rope_dim,
     )

@@ -29,12 +29,41 @@ def _require(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def validate_mla_shape(*, num_heads: int, num_kv_heads: int, head_dim: int, rope_dim: int) -> None:
+    """MLA's shape (ABI header, "MLA"): one latent head of ``abi.MLA_LATENT_DIM``, a rope part of
+    ``abi.MLA_ROPE_DIM`` and 1..``abi.MLA_MAX_HEADS`` query heads, DeepSeek-V3's (and Kimi K2's) widths."""
+    _require(rope_dim == abi.MLA_ROPE_DIM,
+             f"MLA's rope width (query_rope's and kv_rope_cache's last dim) must be {abi.MLA_ROPE_DIM}, got {rope_dim}")
+    _require(head_dim == abi.MLA_LATENT_DIM,
+             f"MLA's latent width (query's and kv_cache's last dim, kv_lora_rank) must be {abi.MLA_LATENT_DIM}, "
+             f"got {head_dim}")
+    _require(num_kv_heads == 1,
+             f"MLA has one latent KV head (kv_cache [num_blocks, block_size, 1, {abi.MLA_LATENT_DIM}]), got "
+             f"{num_kv_heads}")
+    _require(1 <= num_heads <= abi.MLA_MAX_HEADS,
+             f"MLA's num_heads must be in [1, {abi.MLA_MAX_HEADS}], got {num_heads}")
+
+
+def validate_rope_dim(rope_dim: object) -> int:
+    """``rope_dim``: 0 (GQA/MQA/MHA) or ``abi.MLA_ROPE_DIM`` (an absorbed-MLA launch)."""
+    if not isinstance(rope_dim, int | np.integer) or isinstance(rope_dim, bool):
+        raise TypeError(f"rope_dim must be an int, got {type(rope_dim).__name__}")
+    _require(int(rope_dim) in (0, abi.MLA_ROPE_DIM),
+             f"rope_dim must be 0 (not MLA) or {abi.MLA_ROPE_DIM} (MLA's rope width), got {int(rope_dim)}")
+    return int(rope_dim)
+
+
 def validate_shape(
     *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, max_pages: int,
-    num_blocks: int, core_count: int,
+    num_blocks: int, core_count: int, rope_dim: int = 0,
 ) -> None:
-    """Reject every shape the kernels do not support (``batch`` 0 is an empty step, allowed)."""
+    """Reject every shape the kernels do not support (``batch`` 0 is an empty step, allowed); ``rope_dim`` > 0
+    is an MLA launch, whose head rules are :func:`validate_mla_shape`'s."""
     _require(0 <= batch <= abi.MAX_BATCH, f"batch must be in [0, {abi.MAX_BATCH}], got {batch}")
+    if rope_dim:
+        validate_mla_shape(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, rope_dim=rope_dim)
+        _validate_pages(block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, core_count=core_count)
+        return
     _require(
         1 <= num_heads <= abi.MAX_NUM_HEADS, f"num_heads must be in [1, {abi.MAX_NUM_HEADS}], got {num_heads}"
     )
@@ -52,6 +81,10 @@ def validate_shape(
         f"head_dim must be a multiple of {abi.HEAD_DIM_ALIGN} in [{abi.HEAD_DIM_ALIGN}, {abi.MAX_HEAD_DIM}], "
         f"got {head_dim}",
     )
+    _validate_pages(block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, core_count=core_count)
+
+
+def _validate_pages(*, block_size: int, max_pages: int, num_blocks: int, core_count: int) -> None:
     _require(
         block_size in abi.SUPPORTED_BLOCK_SIZES,
         f"block_size must be one of {abi.SUPPORTED_BLOCK_SIZES}, got {block_size}",
@@ -182,10 +215,12 @@ def validate_query_tokens(lens: np.ndarray, q_len: int) -> None:
             f"{q_len}, got {int(lens[index])} at index {index}")
 
 
-def requested_features(*, q_len: int, window_left: int, sinks_dtype: str | None, return_lse: bool) -> int:
+def requested_features(*, q_len: int, window_left: int, sinks_dtype: str | None, return_lse: bool,
+                       rope_dim: int = 0) -> int:
     """The :class:`abi.Feature` bits a step with these (validated) options asks of a library: the one definition
     the planner's ``PagedAttentionPlan.features`` and the launcher's refusal of an unsupported feature share."""
     bits = abi.Feature.MULTI_TOKEN if q_len > 1 else 0
+    bits |= abi.Feature.MLA if rope_dim else 0
     bits |= abi.Feature.WINDOW if window_left >= 0 else 0
     bits |= abi.Feature.SINKS if sinks_dtype is not None else 0
     return int(bits | (abi.Feature.LSE if return_lse else 0))

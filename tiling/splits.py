@@ -70,7 +70,7 @@ def choose_tile(block_size: int, head_dim: int) -> TileChoice:
     big_head_page = head_dim == abi.MAX_HEAD_DIM and block_size >= abi.SPLIT_BLOCK_TILE_TOKENS
     if block_size * head_dim <= abi.TILE_ELEMS_LIMIT and not big_head_page:
         return TileChoice(block_size, False)
-    return TileChoice(abi.SPLIT_BLOCK_TILE_TOKENS, True)
+    return TileChoice(min(abi.SPLIT_BLOCK_TILE_TOKENS, block_size), True)  # a 64-token page only at MLA's D 512
 
 
 def combine_split_limit(head_dim: int) -> int:
@@ -277,13 +277,20 @@ def splits_a_group(split: CoreSplit, group: int) -> bool:
     return any(h < whole for h in heads)
 
 
-def cap_task_rows(split: CoreSplit, q_len: int, num_heads: int, num_kv_heads: int) -> CoreSplit:
-    """With ``q_len`` query tokens a task computes heads x q_len rows; the scratch holds ``abi.MAX_TASK_ROWS``
-    (o_tmp's half at D = 256), so tasks of more heads than ``MAX_TASK_ROWS // q_len`` are cut to that many,
+def max_task_rows(head_dim: int) -> int:
+    """Rows (heads x query tokens) of one task the scratch holds: o_tmp's half of round16(D)-wide rows, at most
+    ``abi.MAX_TASK_ROWS`` (128 up to D = 256; 64 at MLA's D = 512)."""
+    return min(abi.MAX_TASK_ROWS, abi.O_TMP_HALF_ELEMS // round_up(head_dim, abi.TILE_ALIGN_TOKENS))
+
+
+def cap_task_rows(split: CoreSplit, q_len: int, num_heads: int, num_kv_heads: int,
+                  head_dim: int = abi.MAX_HEAD_DIM) -> CoreSplit:
+    """With ``q_len`` query tokens a task computes heads x q_len rows; the scratch holds
+    :func:`max_task_rows` of them, so tasks of more heads than ``max_task_rows // q_len`` are cut to that many,
     whole KV groups where a group fits.  The task loop strides by the launched cores, so more tasks per pass
     need no change of ``block_dim``."""
-    limit = max(1, abi.MAX_TASK_ROWS // q_len)
-    if q_len == 1 or max(split.former_head, split.tail_head) <= limit:
+    limit = max(1, max_task_rows(head_dim) // q_len)
+    if max(split.former_head, split.tail_head) <= limit:
         return split
     group = num_heads // num_kv_heads
 

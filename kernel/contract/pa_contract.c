@@ -1,5 +1,5 @@
 /*
- * The kernel contract checker (see pa_contract.h): every host obligation of ABI v3, checked once per launch
+ * The kernel contract checker (see pa_contract.h): every host obligation of ABI v4, checked once per launch
  * on the calling thread, in the mock device and in the simulation alike.  Its checks cost O(batch) and run
  * in checked and unchecked mode, so a contract error never depends on the mode, the thread count or the
  * kernel behind the library.
@@ -34,7 +34,8 @@ const char *pa_contract_slot_name(int32_t slot) {
 
 uint64_t pa_contract_elem_bytes(int32_t slot) {
     switch (slot) {
-    case PA_ARG_Q: case PA_ARG_K: case PA_ARG_V: case PA_ARG_O: case PA_ARG_P:
+    case PA_ARG_Q: case PA_ARG_K: case PA_ARG_V: case PA_ARG_O: case PA_ARG_P: case PA_ARG_Q_ROPE:
+    case PA_ARG_K_ROPE:
         return 2;
     case PA_ARG_SINKS:
         return 1;
@@ -142,6 +143,20 @@ static int32_t check_pointers(const pa_contract *c, void *const ptrs[PA_NUM_PTR_
                         slot == PA_ARG_SINKS ? PA_TW_SINKS_DTYPE : PA_TW_LSE);
         }
     }
+    if (c->rope_dim) { /* MLA: the rope parts, and the latent is both K and V */
+        static const int32_t rope[] = {PA_ARG_Q_ROPE, PA_ARG_K_ROPE};
+        for (size_t i = 0; i < sizeof rope / sizeof rope[0]; ++i) {
+            if (!ptrs[rope[i]]) {
+                return FAIL(PA_ERR_NULL_POINTER, rope[i], PA_CONTRACT_NONE, c->extent[rope[i]], PA_CONTRACT_NONE,
+                            "%s is NULL but the tiling asks for MLA (word %d)", pa_contract_slot_name(rope[i]),
+                            PA_TW_ROPE_DIM);
+            }
+        }
+        if (ptrs[PA_ARG_V] != ptrs[PA_ARG_K]) {
+            return FAIL(PA_ERR_BAD_LAUNCH, PA_ARG_V, PA_CONTRACT_NONE, c->extent[PA_ARG_V], PA_CONTRACT_NONE,
+                        "MLA reads the latent cache as V: v must be the k pointer");
+        }
+    }
     if (ptrs[PA_ARG_MASK]) {
         return FAIL(PA_ERR_NULL_POINTER, PA_ARG_MASK, PA_CONTRACT_NONE, c->extent[PA_ARG_MASK], PA_CONTRACT_NONE,
                     "mask pointer must be NULL in decode (a kernel gating the mask on the pointer would read it)");
@@ -154,14 +169,20 @@ static int32_t check_shape(pa_contract *c, const uint32_t *t, pa_mock_error *e) 
     uint32_t hq = t[PA_TW_NUMHEADS], d = t[PA_TW_HEADDIM], bs = t[PA_TW_BLOCKSIZE], hkv = t[PA_TW_KVHEADS];
     REQUIRE_WORD(t[PA_TW_BATCH] == c->batch, PA_TW_BATCH, "must equal DECODER_BS");
     REQUIRE_WORD(hq >= 1 && hq <= PA_MAX_NUM_HEADS, PA_TW_NUMHEADS, "num_heads must be in [1, PA_MAX_NUM_HEADS]");
-    REQUIRE_WORD(d >= PA_HEAD_DIM_ALIGN && d <= PA_MAX_HEAD_DIM && d % PA_HEAD_DIM_ALIGN == 0, PA_TW_HEADDIM,
-                 "head_dim must be a multiple of PA_HEAD_DIM_ALIGN in [PA_HEAD_DIM_ALIGN, PA_MAX_HEAD_DIM]");
+    if (c->rope_dim) { /* MLA: one latent head of PA_MLA_LATENT_DIM, up to PA_MLA_MAX_HEADS query heads */
+        REQUIRE_WORD(d == PA_MLA_LATENT_DIM, PA_TW_HEADDIM, "MLA's latent width must be PA_MLA_LATENT_DIM");
+        REQUIRE_WORD(hkv == 1, PA_TW_KVHEADS, "MLA has one latent head (kv_heads 1)");
+        REQUIRE_WORD(hq <= PA_MLA_MAX_HEADS, PA_TW_NUMHEADS, "MLA takes at most PA_MLA_MAX_HEADS query heads");
+    } else {
+        REQUIRE_WORD(d >= PA_HEAD_DIM_ALIGN && d <= PA_MAX_HEAD_DIM && d % PA_HEAD_DIM_ALIGN == 0, PA_TW_HEADDIM,
+                     "head_dim must be a multiple of PA_HEAD_DIM_ALIGN in [PA_HEAD_DIM_ALIGN, PA_MAX_HEAD_DIM]");
+    }
     REQUIRE_WORD(t[PA_TW_NUMBLOCKS] == (uint64_t)c->num_blocks, PA_TW_NUMBLOCKS, "must equal the bound num_blocks");
     REQUIRE_WORD(power_of_two(bs) && bs >= PA_MIN_BLOCK_SIZE && bs <= PA_MAX_BLOCK_SIZE, PA_TW_BLOCKSIZE,
                  "block_size must be a power of two in [PA_MIN_BLOCK_SIZE, PA_MAX_BLOCK_SIZE]");
     REQUIRE_WORD(t[PA_TW_MAXBLOCKS] >= 1, PA_TW_MAXBLOCKS, "block-table row stride must be >= 1");
     REQUIRE_WORD((t[PA_TW_TOR] & PA_FLOAT_EXP_MASK) != PA_FLOAT_EXP_MASK, PA_TW_TOR, "scale must be a finite float");
-    REQUIRE_WORD(hkv >= 1 && hq % hkv == 0 && hq / hkv <= PA_MAX_GROUP, PA_TW_KVHEADS,
+    REQUIRE_WORD(hkv >= 1 && hq % hkv == 0 && (hq / hkv <= PA_MAX_GROUP || c->rope_dim), PA_TW_KVHEADS,
                  "kv_heads must divide num_heads with a group of at most PA_MAX_GROUP");
     REQUIRE_WORD(t[PA_TW_GROUPNUM] == hq / hkv, PA_TW_GROUPNUM, "must equal num_heads / kv_heads");
     REQUIRE_WORD(t[PA_TW_HEADDIM_V] == d, PA_TW_HEADDIM_V, "Dv must equal D");
@@ -184,22 +205,24 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     c->former_head = t[PA_TW_FORMER_HEAD];
     c->tail_head = t[PA_TW_TAIL_HEAD];
     uint32_t head_limit = c->num_heads < PA_HEAD_SPLIT_LIMIT ? c->num_heads : PA_HEAD_SPLIT_LIMIT;
-    if (c->q_len > 1) { /* a task's rows are its heads x q_len, at most PA_MAX_TASK_ROWS */
-        uint32_t rows_limit = PA_MAX_TASK_ROWS / c->q_len ? PA_MAX_TASK_ROWS / c->q_len : 1;
+    { /* a task's rows are its heads x q_len, at most PA_MAX_TASK_ROWS and what o_tmp's half holds at D */
+        uint64_t rows = PA_O_TMP_HALF_ELEMS / round_up(c->head_dim, PA_TILE_ALIGN_TOKENS);
+        rows = rows < PA_MAX_TASK_ROWS ? rows : PA_MAX_TASK_ROWS;
+        uint32_t rows_limit = rows / c->q_len ? (uint32_t)(rows / c->q_len) : 1;
         head_limit = head_limit < rows_limit ? head_limit : rows_limit;
     }
     REQUIRE_WORD((uint64_t)c->former_batch + c->tail_batch == c->batch, PA_TW_FORMER_BATCH,
                  "former + tail batches must equal DECODER_BS");
     if (c->former_batch) {
         REQUIRE_WORD(c->former_head >= 1 && c->former_head <= head_limit, PA_TW_FORMER_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, PA_MAX_TASK_ROWS / q_len)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)]");
         REQUIRE_WORD(group_move_ok(t[PA_TW_FORMER_GROUP_MOVE], c->former_head, c->group, c->kv_heads),
                      PA_TW_FORMER_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
     if (c->tail_batch) {
         REQUIRE_WORD(!c->split_kv, PA_TW_TAIL_BATCH, "split-KV keys have no tail pass");
         REQUIRE_WORD(c->tail_head >= 1 && c->tail_head <= head_limit, PA_TW_TAIL_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, PA_MAX_TASK_ROWS / q_len)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)]");
         REQUIRE_WORD(group_move_ok(t[PA_TW_TAIL_GROUP_MOVE], c->tail_head, c->group, c->kv_heads),
                      PA_TW_TAIL_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
@@ -252,10 +275,12 @@ static int32_t check_feature_words(pa_contract *c, const uint32_t *t, pa_mock_er
                  "window_left must be -1 (0xFFFFFFFF) or a non-negative int32");
     REQUIRE_WORD(c->sinks_dtype <= PA_SINKS_BF16, PA_TW_SINKS_DTYPE, "sinks dtype must be one of PA_SINKS_*");
     REQUIRE_WORD(t[PA_TW_LSE] <= 1, PA_TW_LSE, "must be 0 or 1");
+    REQUIRE_WORD(c->rope_dim == 0 || c->rope_dim == PA_MLA_ROPE_DIM, PA_TW_ROPE_DIM,
+                 "rope width must be 0 (not MLA) or PA_MLA_ROPE_DIM");
     return PA_OK;
 }
 
-/* Only the v3 features the calling library executes. */
+/* Only the v3/v4 features the calling library executes. */
 static int32_t check_features(pa_contract *c, const uint32_t *t, uint32_t features, pa_mock_error *e) {
     REQUIRE_WORD(c->q_len == 1 || (features & PA_FEATURE_MULTI_TOKEN), PA_TW_Q_LEN,
                  "this library does not execute several query tokens per sequence");
@@ -264,6 +289,7 @@ static int32_t check_features(pa_contract *c, const uint32_t *t, uint32_t featur
     REQUIRE_WORD(c->sinks_dtype == PA_SINKS_NONE || (features & PA_FEATURE_SINKS), PA_TW_SINKS_DTYPE,
                  "this library does not execute attention sinks");
     REQUIRE_WORD(!c->lse || (features & PA_FEATURE_LSE), PA_TW_LSE, "this library does not write the lse");
+    REQUIRE_WORD(!c->rope_dim || (features & PA_FEATURE_MLA), PA_TW_ROPE_DIM, "this library does not execute MLA");
     return PA_OK;
 }
 
@@ -400,7 +426,10 @@ static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
         (rc = check_extent(c, e, PA_ARG_O_CORE, partials * c->head_dim, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_L, partials, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_LSE, c->lse ? rows : 0, PA_ERR_OUT_OF_BOUNDS)) ||
-        (rc = check_extent(c, e, PA_ARG_SINKS, sinks_bytes * c->num_heads, PA_ERR_OUT_OF_BOUNDS))) {
+        (rc = check_extent(c, e, PA_ARG_SINKS, sinks_bytes * c->num_heads, PA_ERR_OUT_OF_BOUNDS)) ||
+        (rc = check_extent(c, e, PA_ARG_Q_ROPE, rows * c->rope_dim, PA_ERR_OUT_OF_BOUNDS)) ||
+        (rc = check_extent(c, e, PA_ARG_K_ROPE, (uint64_t)c->num_blocks * c->block_size * c->rope_dim,
+                           PA_ERR_OUT_OF_BOUNDS))) {
         return rc;
     }
     return PA_OK;
@@ -445,6 +474,7 @@ static int32_t check_launch(pa_contract *c, const pa_mock_config *binding, uint3
     c->window_left = t[PA_TW_WINDOW_LEFT];
     c->sinks_dtype = t[PA_TW_SINKS_DTYPE];
     c->lse = t[PA_TW_LSE] != 0;
+    c->rope_dim = t[PA_TW_ROPE_DIM];
     if ((rc = check_feature_words(c, t, e)) != PA_OK) {
         return rc;
     }

@@ -1,6 +1,6 @@
 /*
  * The kernel contract checker: one implementation of every obligation the host has towards a kernel under
- * ABI v3 (kernel/pa_kernel_abi.h, docs/CONTRACT.md), linked into the mock device (gcc, as C) and into the
+ * ABI v4 (kernel/pa_kernel_abi.h, docs/CONTRACT.md), linked into the mock device (gcc, as C) and into the
  * simulation of our NPU kernel (clang, as C++).  Both libraries call pa_contract_check() once per launch,
  * before any core runs, so a launch that breaks the contract gets the same error code, buffer and
  * coordinates from both, whatever the kernel behind it would have done.
@@ -43,6 +43,7 @@ typedef struct pa_contract {
     uint32_t window_left;            /* v3: PA_WINDOW_NONE or W                                             */
     uint32_t sinks_dtype;            /* v3: PA_SINKS_*                                                      */
     int lse;                         /* v3: write the lse                                                   */
+    uint32_t rope_dim;               /* v4: MLA's rope width R (0: not MLA)                                 */
     float tor;
     int64_t num_blocks;              /* pages in the K/V cache, from the binding                           */
     int64_t extent[PA_NUM_PTR_ARGS]; /* bytes bound for each slot, in elements of that slot's type        */
@@ -71,7 +72,7 @@ void pa_contract_clear(pa_mock_error *e);
 
 /* The slot's lower-case name (the X-macro spelling), "none" for anything else. */
 const char *pa_contract_slot_name(int32_t slot);
-/* Bytes of one element of the slot's type (2 for q/k/v/o/p, 1 for sinks (their type is a tiling word), 4 for
+/* Bytes of one element of the slot's type (2 for q/k/v/o/p/q_rope/k_rope, 1 for sinks (their type is a tiling word), 4 for
  * the rest). */
 uint64_t pa_contract_elem_bytes(int32_t slot);
 

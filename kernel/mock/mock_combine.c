@@ -14,7 +14,7 @@ int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e)
     const uint64_t total = (uint64_t)L->c.batch * rows;
     const int64_t d = L->c.head_dim;
     float lse[PA_COMBINE_UB_FLOATS];
-    float acc[PA_MAX_HEAD_DIM];
+    float acc[PA_MOCK_MAX_ROW_DIM];
     for (uint64_t process = core; process < total; process += L->c.block_dim) {
         uint32_t slot = pa_gather(L, (uint32_t)(process / rows));
         uint64_t row = process % rows; /* token x num_heads + head */

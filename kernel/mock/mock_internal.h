@@ -25,6 +25,7 @@ typedef struct pa_launch {
     pa_mock_config cfg;
     const uint32_t *tiling;
     const uint16_t *q, *k, *v;
+    const uint16_t *q_rope, *k_rope; /* v4 MLA: the rope parts (c.rope_dim > 0), else NULL                  */
     const int32_t *block_tables;
     uint16_t *o, *p;
     float *s, *o_tmp, *o_core, *l, *lse;
@@ -40,14 +41,21 @@ typedef struct pa_where {
 
 #define PA_PREFETCH_AHEAD_ROWS 32 /* rows between a prefetch and the use of its data                     */
 
+/* The widest q/o row of any launch: MLA's latent (GQA heads are at most PA_MAX_HEAD_DIM). */
+#define PA_MOCK_MAX_ROW_DIM PA_MLA_LATENT_DIM
+/* Elements of a task's q rows (and of its running output): rows x D is at most o_tmp's half (the contract). */
+#define PA_TASK_ELEMS PA_O_TMP_HALF_ELEMS
+
 /* Rows of one task: q heads x query tokens, row i * q_len + t is head head0 + i, token t (the rows that
  * share a kv head are adjacent). */
 #define PA_TASK_ROWS (PA_MAX_TASK_ROWS > PA_HEAD_SPLIT_LIMIT ? PA_MAX_TASK_ROWS : PA_HEAD_SPLIT_LIMIT)
 
 /* Scratch of one host worker thread (the vector core's unified buffer and the cube's Q staging). */
 typedef struct pa_worker_buf {
-    float q[PA_TASK_ROWS * PA_MAX_HEAD_DIM];   /* task q rows in fp32                                    */
-    float go[PA_TASK_ROWS * PA_MAX_HEAD_DIM];  /* running output                                         */
+    float q[PA_TASK_ELEMS];                    /* task q rows in fp32                                    */
+    float go[PA_TASK_ELEMS];                   /* running output                                         */
+    float q_rope[PA_TASK_ROWS * PA_MLA_ROPE_DIM]; /* MLA: the task's q rope rows in fp32                */
+    float s_rope[PA_S_HALF_ELEMS];             /* MLA: a page segment's rope scores, added into S        */
     float gm[PA_TASK_ROWS], gl[PA_TASK_ROWS], dm[PA_TASK_ROWS], ll[PA_TASK_ROWS];
     unsigned char started[PA_TASK_ROWS];       /* the row has met a key it may see (window, causality)   */
     float p_f32[PA_S_HALF_ELEMS];                    /* P of one tile, read back and widened for P.V    */

@@ -33,6 +33,8 @@ int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_
     L->o_core = (float *)ptrs[PA_ARG_O_CORE];
     L->l = (float *)ptrs[PA_ARG_L];
     L->lse = (float *)ptrs[PA_ARG_LSE];
+    L->q_rope = (const uint16_t *)ptrs[PA_ARG_Q_ROPE];
+    L->k_rope = (const uint16_t *)ptrs[PA_ARG_K_ROPE];
     if (L->c.sinks_dtype != PA_SINKS_NONE) { /* read once per launch, as the kernel would stage them */
         const void *sinks = ptrs[PA_ARG_SINKS];
         for (uint32_t h = 0; h < L->c.num_heads; ++h) {

@@ -15,7 +15,7 @@ static void widen(const uint16_t *src, int64_t n, float *dst, int bf16) {
 
 static void qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
                float *s, int32_t s_stride, int bf16, const uint16_t *const *pf) {
-    float kf[PA_MAX_HEAD_DIM];
+    float kf[PA_MLA_LATENT_DIM]; /* the widest K row: MLA's latent (GQA heads are at most PA_MAX_HEAD_DIM) */
     for (int32_t j = 0; j < ntok; ++j) {
         pa_prefetch_row(pf ? pf[j] : 0, d);
         widen(k + (int64_t)j * k_stride, d, kf, bf16);
@@ -59,7 +59,7 @@ static void softmax_row(const float *s, int32_t n, int32_t n_round, float tor, i
 static void pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
                int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
                const uint16_t *const *vpf) {
-    float vf[PA_MAX_HEAD_DIM];
+    float vf[PA_MLA_LATENT_DIM];
     if (!accumulate) {
         for (int32_t r = 0; r < rows; ++r) {
             for (int32_t c = 0; c < d; ++c) {

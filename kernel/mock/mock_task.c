@@ -2,7 +2,7 @@
  * The partial phase of the mock device: one logical core's (block_idx) tasks, enumerated as the kernel's
  * former and tail passes do (docs/CONTRACT.md, "Task loop"), each run tile by tile through the per-core
  * scratch buffers at the kernel's strides ("Per-core scratch"): S (fp32) -> P (IN dtype) -> O_tile (fp32) ->
- * online rescale.
+ * online rescale.  An MLA launch (ABI v4) adds each rope dot to its latent dot in S and reads the latent as V.
  */
 #include <math.h>
 #include <string.h>
@@ -90,6 +90,28 @@ static uint32_t plan_prefetch(const pa_launch *L, const pa_task *T, uint32_t ind
     return n_k;
 }
 
+/* MLA: adds q_rope . rope_j to the S columns of `count` tokens from row `base_row` of the rope cache (one latent
+ * head: every task row reads the same rope rows). */
+static int32_t add_rope_scores(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf,
+                               int64_t base_row, uint32_t count, uint32_t col, pa_mock_error *e) {
+    const int64_t r_dim = L->c.rope_dim;
+    int32_t rc = pa_check_range(L, e, PA_ARG_K_ROPE, (__int128)base_row * r_dim,
+                                (__int128)count * r_dim, T->where);
+    if (rc) {
+        return rc;
+    }
+    L->ops->qk(buf->q_rope, (int32_t)T->rows, (int32_t)r_dim, L->k_rope + base_row * r_dim, r_dim, (int32_t)count,
+               buf->s_rope, (int32_t)count, L->c.bf16, 0);
+    for (uint32_t r = 0; r < T->rows; ++r) {
+        float *srow = t->s + (int64_t)r * t->cols + col;
+        const float *rope = buf->s_rope + (int64_t)r * count;
+        for (uint32_t j = 0; j < count; ++j) {
+            srow[j] = srow[j] + rope[j];
+        }
+    }
+    return PA_OK;
+}
+
 /* One cube pass over the tile's pages: Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0).  Row i of the
  * pass prefetches schedule entry i + PA_PREFETCH_AHEAD_ROWS (pages are scattered: the hardware prefetchers
  * cannot find them). */
@@ -131,6 +153,9 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
                            t->o_tmp + (int64_t)r0 * o_cols, o_cols, col != 0, L->c.bf16, ahead);
             }
             schedule_pos += count;
+        }
+        if (qk && L->c.rope_dim && (rc = add_rope_scores(L, T, t, buf, id * L->c.block_size + off, count, col, e))) {
+            return rc;
         }
         tok += count;
     }
@@ -344,6 +369,16 @@ static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int who
         for (uint32_t r = 0; r < T->rows; ++r) {
             L->ops->widen(L->q + q_base + ((int64_t)(r % q_len) * hq + r / q_len) * d, d, buf->q + (int64_t)r * d,
                           L->c.bf16);
+        }
+    }
+    if (L->c.rope_dim) { /* MLA: the rope part of each row, at q's row offset in R-wide rows */
+        const int64_t r_dim = L->c.rope_dim, rope_base = q_base / d * r_dim;
+        if ((rc = pa_check_range(L, e, PA_ARG_Q_ROPE, rope_base, ((q_len - 1) * hq + T->heads) * r_dim, T->where))) {
+            return rc;
+        }
+        for (uint32_t r = 0; r < T->rows; ++r) {
+            L->ops->widen(L->q_rope + rope_base + ((int64_t)(r % q_len) * hq + r / q_len) * r_dim, r_dim,
+                          buf->q_rope + (int64_t)r * r_dim, L->c.bf16);
         }
     }
     memset(buf->started, 0, T->rows);
