@@ -347,3 +347,14 @@ def test_batch_invariant_pins_the_handoff() -> None:
     assert _plan_with_handoff(None, batch_invariant=True).handoff_tokens == abi.DEFAULT_HANDOFF_TOKENS
     with pytest.raises(ValueError, match="pins the hand-off"):
         _plan_with_handoff(1024, batch_invariant=True)
+
+
+def test_ragged_multi_token_plans_keep_task_rows_within_the_scratch() -> None:
+    """The ragged-batch balancer may replace the grid (departure 10); its grid is cut to heads x q_len <= the task
+    rows too (a plan breaking the contract's row limit was refused at launch: 30 of these 300 were)."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        lens = rng.integers(8, 4000, int(rng.integers(2, 20)))
+        plan = plan_paged_attention(lens, num_heads=64, num_kv_heads=2, head_dim=128, block_size=128, max_pages=40,
+                                    num_blocks=10, scale=0.1, core_count=24, q_len=8)
+        assert max(plan.split.former_head, plan.split.tail_head) * 8 <= abi.MAX_TASK_ROWS, plan.split

@@ -269,6 +269,8 @@ def plan_paged_attention(
             split, read, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
             head_dim=head_dim, core_count=core_count,
             grid_fixed=grid is not None or batch_invariant or strategy != "auto")
+        if grid is None:  # the balancer's own grid is sized for one token: cut its tasks to the rows too
+            split = cap_task_rows(split, q_len, num_heads, num_kv_heads, head_dim)
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
     handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
     stage = max_task_heads(split) * q_len * handoff if handoff else 0
