@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from accuracy import reference as policy
-from accuracy.cases import CASES, Case
+from accuracy.cases import CASES, MLA_CASES, Case
 from accuracy.harness import (
     build_runner,
     compare,
@@ -45,6 +45,7 @@ from accuracy.harness import (
     make_inputs,
     poison,
     run_case,
+    skip_reason,
 )
 from launcher import KernelContractError, PagedAttentionRunner, paged_attention
 from tiling import abi
@@ -63,8 +64,11 @@ def mock_like(backend_name: str) -> str:
     return backend_name
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [_param(c) for c in CASES + MLA_CASES])
 def test_accuracy(case: Case, backend_name: str) -> None:
+    reason = skip_reason(case, backend_name)
+    if reason:
+        pytest.skip(reason)
     outcome = run_case(case, backend_name)
     assert outcome.comparison.passed, f"{case.describe()} ({outcome.plan}): {outcome.comparison.summary()}"
 
@@ -315,8 +319,13 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = args.backend or _default_backend()
     rows, failures = [], 0
-    for case in CASES:
+    skipped = []
+    for case in CASES + MLA_CASES:
         if (case.slow and not args.slow) or args.keyword not in case.name:
+            continue
+        reason = skip_reason(case, backend)
+        if reason:
+            skipped.append(f"{case.name}: {reason}")
             continue
         outcome = run_case(case, backend)
         c = outcome.comparison
@@ -328,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
           f"on that case + {policy.ERROR_FLOOR:g}")
     print(tabulate(rows, headers=["case", "shape", "plan", "max abs err", "at [seq, head, dim]", "allowed",
                                   "err/tol", "result"], tablefmt="github"))
-    print(f"{len(rows) - failures}/{len(rows)} cases passed")
+    print(f"{len(rows) - failures}/{len(rows)} cases passed" + (f"; {len(skipped)} skipped" if skipped else ""))
+    for line in skipped:
+        print(f"  skipped {line}")
     return 1 if failures else 0
 
 

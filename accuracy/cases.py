@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -88,4 +89,18 @@ CASES: tuple[Case, ...] = (
          shared_pool=96),
     Case("long32k_splitkv_d256", (32_768, 20_001), 16, 2, 256, 128, "bf16", "split_kv"),
     Case("long128k_mqa", (131_072, 65_537, 5), 32, 1, 128, 128, "fp16", slow=True),
+)
+
+
+#: DeepSeek-V3's softmax scale: 1/sqrt(qk_nope + qk_rope = 192) x YaRN's mscale(40, 1.0)^2.
+DEEPSEEK_V3_SCALE = 192**-0.5 * (0.1 * math.log(40) + 1) ** 2
+
+# Absorbed MLA (latent 512, rope 64, one KV head): DeepSeek-V3 at TP 1/2/4/8 (128/64/32/16 heads), the block sizes
+# engines use (64, 128), both dtypes and every strategy, page-edge and empty rows.  Run by the backends whose
+# kernel executes MLA (the mock today); the others report them skipped.
+MLA_CASES: tuple[Case, ...] = (
+    Case("mla_h128_bs128", _edge(128, 1000), 128, 1, 512, 128, "bf16"),
+    Case("mla_h64_bs64_bn", _edge(64, 700), 64, 1, 512, 64, "fp16", "bn"),
+    Case("mla_h32_bs128_splitkv", _edge(128, 3000), 32, 1, 512, 128, "fp16", "split_kv"),
+    Case("mla_h16_bs64_long8k", (8192, 5000, 0), 16, 1, 512, 64, "bf16"),
 )

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from accuracy.cases import DTYPES, JUNK_IDS, Case
-from accuracy.reference import Comparison, Reference, compare, reference
-from launcher import PagedAttentionRunner
+from accuracy.cases import DEEPSEEK_V3_SCALE, DTYPES, JUNK_IDS, Case
+from accuracy.reference import Comparison, Reference, compare, mla_reference, reference
+from launcher import MlaPagedAttentionRunner, PagedAttentionRunner
 from launcher.backends import Backend, MockBackend, SimBackend
+from tiling import abi
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Inputs:
     value_cache: torch.Tensor
     block_table: torch.Tensor
     lens: tuple[int, ...]
+    #: MLA cases (``head_dim`` 512, one KV head): the rope parts; the key and value caches are the one latent cache
+    query_rope: torch.Tensor | None = None
+    kv_rope_cache: torch.Tensor | None = None
 
 
 def shuffled_block_table(pages: list[int], num_blocks: int, gen: torch.Generator, columns: int,
@@ -58,16 +62,21 @@ def make_inputs(case: Case) -> Inputs:
                             dtype=torch.int32)
         table[seq] = torch.cat([row.to(torch.int32), junk])
     cache = (num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
-    return Inputs(
-        query=torch.randn(len(case.lens), case.num_heads, case.head_dim, generator=gen).to(dtype),
-        key_cache=torch.randn(cache, generator=gen).to(dtype),
-        value_cache=torch.randn(cache, generator=gen).to(dtype),
-        block_table=table, lens=case.lens,
-    )
+    query = torch.randn(len(case.lens), case.num_heads, case.head_dim, generator=gen).to(dtype)
+    key_cache = torch.randn(cache, generator=gen).to(dtype)
+    if case.head_dim == abi.MLA_LATENT_DIM:  # MLA: the latent is K and V; rope parts of DeepSeek-like size
+        rope = abi.MLA_ROPE_DIM
+        return Inputs(query, key_cache, key_cache, table, case.lens,
+                      (2 * torch.randn(len(case.lens), case.num_heads, rope, generator=gen)).to(dtype),
+                      (2 * torch.randn(*cache[:3], rope, generator=gen)).to(dtype))
+    return Inputs(query, key_cache, torch.randn(cache, generator=gen).to(dtype), table, case.lens)
 
 
 def golden(inputs: Inputs, scale: float) -> Reference:
     """The case's float64 golden and torch's low-precision error on it (:mod:`accuracy.reference`)."""
+    if inputs.query_rope is not None and inputs.kv_rope_cache is not None:
+        return mla_reference(inputs.query, inputs.query_rope, inputs.key_cache, inputs.kv_rope_cache,
+                             inputs.block_table, inputs.lens, scale)
     return reference(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_table, inputs.lens, scale)
 
 
@@ -86,6 +95,13 @@ def device_of(backend_name: str) -> str:
 
 def build_runner(case: Case, inputs: Inputs, backend: Backend | str, device: str,
                  **options: object) -> PagedAttentionRunner:
+    if inputs.query_rope is not None and inputs.kv_rope_cache is not None:
+        return MlaPagedAttentionRunner(
+            inputs.query.to(device), inputs.query_rope.to(device), inputs.key_cache.to(device),
+            inputs.kv_rope_cache.to(device), inputs.block_table.to(device), list(inputs.lens),
+            scale=DEEPSEEK_V3_SCALE, backend=backend, strategy=case.strategy, core_count=case.core_count,
+            **options,  # type: ignore[arg-type]
+        )
     return PagedAttentionRunner(
         inputs.query.to(device), inputs.key_cache.to(device), inputs.value_cache.to(device),
         inputs.block_table.to(device), list(inputs.lens), backend=backend, strategy=case.strategy,
@@ -119,3 +135,14 @@ def run_case(case: Case, backend_name: str, num_threads: int = 0) -> Outcome:
     plan = runner.plan
     described = f"{plan.strategy} key {int(plan.key)} bd {plan.block_dim} kvCN {plan.kv_core_num}"
     return Outcome(case, described, compare(out, golden(inputs, runner.scale)))
+
+
+#: Backends whose kernel executes MLA (``pa_supported_features``); the others refuse its cases.
+MLA_BACKENDS = ("mock",)
+
+
+def skip_reason(case: Case, backend_name: str) -> str | None:
+    """Why ``case`` does not run on ``backend_name`` (its kernel lacks the case's feature), or None."""
+    if case.head_dim == abi.MLA_LATENT_DIM and backend_name not in MLA_BACKENDS:
+        return f"the {backend_name} backend's kernel does not execute MLA yet (the mock does)"
+    return None
