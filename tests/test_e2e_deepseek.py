@@ -8,7 +8,7 @@ decode, is compared with transformers' eager forward of the same model on the sa
 Tolerance, as in ``tests/test_e2e_llama.py``: twice the error transformers' own forward makes in the same dtype
 against its fp32 forward on the same tokens; greedy tokens must equal fp32 transformers' wherever the top-1/top-2
 margin exceeds it, and at least half the rows must qualify.  Before pa-kit is involved, the absorbed decode
-itself is checked: in fp32, with a float64 MLA written here (:func:`mla_reference`) in place of pa-kit, it must
+itself is checked: in fp32, with the float64 MLA golden (:func:`accuracy.reference.mla_reference`) in place of pa-kit, it must
 equal transformers' fp32 forward to 1e-3, which no rounding excuses (a wrong absorption, scale or rotary
 could not hide in a low-precision tolerance).
 
@@ -39,6 +39,9 @@ from typing import Any
 import pytest
 import torch
 
+from accuracy.reference import mla_reference
+from tests.e2e_support import import_example
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.e2e
@@ -65,42 +68,18 @@ def _one_thread() -> Iterator[None]:
 
 
 def _examples() -> Any:
-    """``examples/paged_deepseek.py``, imported on first use (the default run deselects this file and must not
-    pay for importing transformers)."""
-    if os.environ.get("PA_KIT_REQUIRE_E2E") != "1":
-        pytest.importorskip("transformers", reason="the e2e extra is not installed: pip install -e '.[e2e]'")
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    import paged_deepseek
-
-    return paged_deepseek
+    return import_example("paged_deepseek")
 
 
-def mla_reference(query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor,
-                  kv_rope_cache: torch.Tensor, block_table: torch.Tensor, context_lens: Sequence[int], *,
-                  scale: float) -> torch.Tensor:
-    """MLA in float64, from the definition: ``score_j = scale (q . c_j + q_rope . r_j)`` over each row's
-    ``context_lens`` tokens (query token t of q_len at position ``len - q_len + t``, causal),
-    ``out = softmax(score) @ c``, in the query's shape and dtype; empty rows (length 0) give zeros."""
-    tokens = query if query.dim() == 4 else query.unsqueeze(1)  # [b, q_len, H, R]
-    rope = query_rope if query_rope.dim() == 4 else query_rope.unsqueeze(1)
-    out = torch.zeros_like(tokens)
-    block_size, q_len = kv_cache.shape[1], tokens.shape[1]
-    for row, length in enumerate(int(n) for n in context_lens):
-        if length == 0:
-            continue
-        pages = block_table[row, :-(-length // block_size)].long()
-        latent = kv_cache[pages].reshape(-1, kv_cache.shape[-1])[:length].double()
-        k_pe = kv_rope_cache[pages].reshape(-1, kv_rope_cache.shape[-1])[:length].double()
-        score = scale * (tokens[row].double() @ latent.T + rope[row].double() @ k_pe.T)  # [q_len, H, length]
-        later = torch.arange(length)[None, :] > (length - q_len + torch.arange(q_len))[:, None]  # [q_len, length]
-        score = score.masked_fill(later[:, None, :], float("-inf"))
-        out[row] = (score.softmax(dim=-1) @ latent).to(out.dtype)
-    return out if query.dim() == 4 else out[:, 0]
+def mla_golden(query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor, kv_rope_cache: torch.Tensor,
+               block_table: torch.Tensor, context_lens: Sequence[int], *, scale: float) -> torch.Tensor:
+    """MLA in float64 by pa-kit's one golden (:func:`accuracy.reference.mla_reference`), in the query's dtype."""
+    ref = mla_reference(query, query_rope, kv_cache, kv_rope_cache, block_table, list(context_lens), scale)
+    return ref.golden.to(query.dtype)
 
 
 class Float64MlaRunner:
-    """:func:`mla_reference` behind ``MlaPagedAttentionRunner``'s engine interface (for_engine/update/run)."""
+    """:func:`mla_golden` behind ``MlaPagedAttentionRunner``'s engine interface (for_engine/update/run)."""
 
     def __init__(self, scale: float) -> None:
         self.scale = scale
@@ -119,7 +98,7 @@ class Float64MlaRunner:
     def run(self, query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor,
             kv_rope_cache: torch.Tensor, out: torch.Tensor | None = None, lse: torch.Tensor | None = None
             ) -> torch.Tensor:
-        return mla_reference(query, query_rope, kv_cache, kv_rope_cache, self.table, self.lens, scale=self.scale)
+        return mla_golden(query, query_rope, kv_cache, kv_rope_cache, self.table, self.lens, scale=self.scale)
 
 
 def _serve(dtype: torch.dtype, forced: list[list[int]] | None = None, **options: Any

@@ -23,7 +23,6 @@ failure instead of a skip.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from functools import cache
@@ -32,6 +31,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from tests.e2e_support import import_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -46,15 +47,7 @@ TOLERANCE_FACTOR = 2.0
 
 
 def _examples() -> Any:
-    """``examples/paged_gptoss.py``, imported on first use (the default run deselects this file and must not
-    pay for importing transformers)."""
-    if os.environ.get("PA_KIT_REQUIRE_E2E") != "1":
-        pytest.importorskip("transformers", reason="the e2e extra is not installed: pip install -e '.[e2e]'")
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    import paged_gptoss
-
-    return paged_gptoss
+    return import_example("paged_gptoss")
 
 
 def _decoder(model: Any, **options: Any) -> Any:

@@ -14,7 +14,6 @@ failure instead of a skip.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from built_library import library_or_skip
 
 from launcher import PagedAttentionRunner
 from launcher.library import library_path
+from tests.e2e_support import import_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -33,15 +33,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _examples() -> Any:
-    """``examples/paged_llama.py``, imported on first use: collecting this file in the default run (which
-    deselects it) must not pay for importing transformers."""
-    if os.environ.get("PA_KIT_REQUIRE_E2E") != "1":
-        pytest.importorskip("transformers", reason="the e2e extra is not installed: pip install -e '.[e2e]'")
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    import paged_llama
-
-    return paged_llama
+    return import_example("paged_llama")
 
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

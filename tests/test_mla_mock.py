@@ -22,7 +22,7 @@ from accuracy.reference import Reference, compare, compare_lse, mla_reference
 from launcher import mock_api
 from launcher.library import load_library
 from tests.built_library import library_or_skip
-from tests.mock_harness import launch, load_mock
+from tests.mock_harness import launch, load_mock, workspace
 from tiling import PagedAttentionPlan, abi, plan_paged_attention
 
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -74,23 +74,19 @@ def bits(tensor: torch.Tensor) -> np.ndarray:
 def run_mock(c: MlaCase, *, lib: ctypes.CDLL | None = None, checked: bool = True, isa: int = 0,
              pointers: dict[int, int | None] | None = None, extents: dict[int, int] | None = None,
              tiling: np.ndarray | None = None) -> tuple[int, Any, torch.Tensor, torch.Tensor]:
-    """call_kernel with NaN-poisoned output, lse and workspace; (code, error, out, lse)."""
+    """call_kernel with NaN-poisoned output, lse and workspace (:func:`tests.mock_harness.workspace`); (code,
+    error, out, lse)."""
     lib = load_mock() if lib is None else lib
-    slot, sizes = abi.ArgSlot, c.plan.workspace
-    out = torch.full(c.query.shape, math.nan, dtype=c.query.dtype)
+    slot = abi.ArgSlot
+    latent = bits(c.kv_cache)
+    case = SimpleNamespace(q=bits(c.query), k=latent, v=latent, block_table=c.table.numpy(), plan=c.plan,
+                           dtype=c.plan.dtype)
+    buffers = workspace(case)  # type: ignore[arg-type]
+    out = torch.from_numpy(buffers[slot.O].view(np.int16)).view(c.query.dtype)
     lse = torch.full(c.query.shape[:3], math.nan, dtype=torch.float32)
-    buffers: dict[int, np.ndarray] = {
-        slot.O: bits(out), slot.S: np.full(sizes.s_bytes // 4, np.nan, np.float32),
-        slot.P: np.full(sizes.p_bytes // 2, 0xFFFF, np.uint16),
-        slot.O_TMP: np.full(sizes.o_tmp_bytes // 4, np.nan, np.float32),
-        slot.O_CORE: np.full(sizes.o_core_bytes // 4, np.nan, np.float32),
-        slot.L: np.full(sizes.l_bytes // 4, np.nan, np.float32),
-        slot.Q_ROPE: bits(c.query_rope), slot.K_ROPE: bits(c.kv_rope_cache),
-    }
+    buffers[slot.Q_ROPE], buffers[slot.K_ROPE] = bits(c.query_rope), bits(c.kv_rope_cache)
     if c.plan.return_lse:
         buffers[slot.LSE] = lse.numpy()
-    latent = bits(c.kv_cache)
-    case = SimpleNamespace(q=bits(c.query), k=latent, v=latent, block_table=c.table.numpy(), plan=c.plan)
     result = launch(lib, case, buffers=buffers, checked=checked, isa=isa, pointers=pointers,  # type: ignore[arg-type]
                     extents=extents, tiling=tiling)
     return result.code, result.error, out, lse
