@@ -7,6 +7,8 @@
     python bench_pa_performance.py --batch 8 --ctx 4096 --dtype bf16 # one shape
     python bench_pa_performance.py --shapes features                 # spec decode; gpt-oss-20b window + sinks
     python bench_pa_performance.py --batch 8 --ctx 4096 --q-len 2 --window-left 127 --sinks --lse   # features
+    python bench_pa_performance.py --shapes mla                      # DeepSeek-V3 absorbed MLA, TP 1/4/8, + MTP
+    python bench_pa_performance.py --mla --heads 16 --batch 32 --ctx 4096   # one MLA shape (bf16 by default)
     python bench_pa_performance.py --json run.json --compare base.json --tolerance 5   # regression gate
     python bench_pa_performance.py --batch-invariant                 # also time batch_invariant=True
     python bench_pa_performance.py --external simpler=/path/libpa.so # an external ATB-ABI kernel as a peer
@@ -47,10 +49,14 @@ from benchmark.timing import STATISTICS, TimingPolicy
 from workloads import bytes_model
 from workloads.shapes import (
     BLOCK_SIZE,
+    DEEPSEEK_V3_DTYPE,
+    DEEPSEEK_V3_HEADS,
     DEFAULT_SEED,
     DTYPES,
     HEAD_DIM,
     MAX_Q_LEN,
+    MLA_LATENT_DIM,
+    MLA_ROPE_DIM,
     NUM_HEADS,
     NUM_KV_HEADS,
     SHAPE_SETS,
@@ -61,7 +67,7 @@ from workloads.shapes import (
 
 EXIT_PA_KIT_FAILED = 3
 SINGLE_SHAPE_FLAGS = ("batch", "heads", "kv_heads", "head_dim", "ctx", "block_size", "dtype", "q_len",
-                      "window_left", "sinks", "lse")
+                      "window_left", "sinks", "lse", "mla")
 #: Timing defaults per backend: (warm-up, min launches, max launches, budget ms per implementation and shape).
 TIMING_DEFAULTS = {"npu": (10, 20, 100, 2000.0), "mock": (2, 3, 30, 600.0), "sim": (1, 1, 3, 5000.0)}
 DEFAULT_TOLERANCE_PERCENT = 5.0
@@ -86,6 +92,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                         "(transformers' sliding_window=128 is 127; default -1: none)")
     single.add_argument("--sinks", action="store_true", default=None, help="one sink logit per query head (gpt-oss)")
     single.add_argument("--lse", action="store_true", default=None, help="launches also return the lse")
+    single.add_argument("--mla", action="store_true", default=None,
+                        help=f"absorbed MLA (DeepSeek-V3): one {MLA_LATENT_DIM}-wide latent KV head with a "
+                             f"{MLA_ROPE_DIM}-wide rope part; --heads query heads (default {DEEPSEEK_V3_HEADS}), "
+                             f"dtype bf16 unless --dtype")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the inputs (default %(default)s)")
     p.add_argument("--list-shapes", action="store_true", help="print the shapes and exit")
     peers = p.add_argument_group("implementations")
@@ -131,6 +141,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def select_shapes(args: argparse.Namespace) -> list[BenchShape]:
+    if args.mla:
+        return [uniform_shape(
+            args.batch or 1, args.ctx or 2048, num_heads=args.heads or DEEPSEEK_V3_HEADS,
+            num_kv_heads=args.kv_heads or 1, head_dim=args.head_dim or MLA_LATENT_DIM,
+            block_size=args.block_size or BLOCK_SIZE, dtype=args.dtype or DEEPSEEK_V3_DTYPE, seed=args.seed,
+            q_len=args.q_len or 1, window_left=-1 if args.window_left is None else args.window_left,
+            sinks=bool(args.sinks), lse=bool(args.lse), rope_dim=MLA_ROPE_DIM)]
     if any(getattr(args, flag) is not None for flag in SINGLE_SHAPE_FLAGS):
         return [uniform_shape(
             args.batch or 1, args.ctx or 2048, num_heads=args.heads or NUM_HEADS,
@@ -191,10 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shapes = select_shapes(args)
         if args.list_shapes:
+            from benchmark.roofline import roofline
+
             for s in shapes:
                 features = f", {s.features_label}" if s.features else ""
+                roof = roofline(s)
                 print(f"{s.shape_id}  lengths {min(s.context_lens)}..{s.max_context}{features} "
-                      f"({bytes_model.traffic(s).total_bytes / 1e6:.1f} MB)")
+                      f"({bytes_model.traffic(s).total_bytes / 1e6:.1f} MB, {roof.intensity:.0f} FLOP/B: {roof.bound})")
             return 0
         if args.trace and not args.predict:
             raise ValueError("--trace needs --predict")

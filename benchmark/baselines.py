@@ -37,6 +37,12 @@ def features(case: BenchCase) -> Features:
 
 def golden(case: BenchCase) -> Reference:
     """The float64 golden and the case's tolerance, by the project's one policy (:mod:`accuracy.reference`)."""
+    if case.shape.is_mla:
+        from accuracy.reference import mla_reference
+
+        assert case.query_rope is not None and case.kv_rope_cache is not None, "an MLA case has both rope parts"
+        return mla_reference(case.query, case.query_rope, case.key_cache, case.kv_rope_cache, case.block_table,
+                             case.shape.context_lens, case.scale)
     return reference(case.query, case.key_cache, case.value_cache, case.block_table, case.shape.context_lens,
                      case.scale, features(case))
 

@@ -10,6 +10,15 @@
   (``learnable_sink``): the same TND call under v2's names (``num_query_heads``, ``softmax_scale``,
   ``actual_seq_qlen``/``actual_seq_kvlen``, ``return_softmax_lse``).
 
+**MLA.**  ``fia`` also runs CANN's MLA mode (``query_rope``/``key_rope`` given, query D 512, one KV head), called
+as vLLM-Ascend's MLA decode (``vllm_ascend/attention/mla_v1.py``, ``_forward_decode``) calls it: the latent cache
+passed as both key and value and viewed ``[num_blocks, 1, block_size, 512]`` (the rope cache ``[..., 64]``; with
+one KV head that view of pa-kit's ``[num_blocks, block_size, 1, D]`` pages moves nothing),
+``num_key_value_heads=1``, ``antiquant_mode=0``, ``block_table``, ``actual_seq_lengths_kv``; one token per
+sequence in ``BNSD_NBSD`` (query ``[B, N, 1, 512]``, ``sparse_mode=0`` without a mask, output ``[N, B, 1, 512]``),
+MTP in ``TND_NTD`` (query ``[T, N, 512]``, cumulative ``actual_seq_lengths``, ``sparse_mode=3`` with the causal
+mask, output ``[N, T, 512]``).  The outputs come back as views in the query's layout: no copy is timed.
+
 **Windows.**  CANN's band (``sparse_mode=4``, aligned at the bottom-right corner as ``sparse_mode=3`` is) keeps,
 for a query token at position ``p``, keys ``p - pre_tokens .. p + next_tokens``.  pa-kit's ``window_left = W``
 keeps ``p - W .. p``: so ``pre_tokens = W`` and ``next_tokens = 0``.  vLLM-Ascend passes its ``sliding_window``
@@ -150,6 +159,52 @@ def _fia_result(case: BenchCase, result: tuple[torch.Tensor, torch.Tensor]) -> A
     return (out, result[1].view(case.query.shape[:-1])) if case.shape.lse else out
 
 
+def _mla_paged(case: BenchCase, cache: torch.Tensor) -> torch.Tensor:
+    """pa-kit's ``[num_blocks, block_size, 1, W]`` pages as FIA's ``[num_blocks, 1, block_size, W]`` (BnNBsD):
+    with one KV head the two are the same bytes, so this is a view."""
+    return cache.view(cache.shape[0], 1, case.shape.block_size, cache.shape[-1])
+
+
+def fia_mla_arguments(case: BenchCase, scale_keyword: str = "scale") -> dict[str, Any]:
+    """Keyword arguments of ``npu_fused_infer_attention_score`` in its MLA mode, as vLLM-Ascend's MLA decode passes
+    them (module docstring): ``BNSD_NBSD`` for one query token per sequence, ``TND_NTD`` for several."""
+    require("fia", case.shape)
+    s = case.shape
+    assert case.query_rope is not None and case.kv_rope_cache is not None, "an MLA case has both rope parts"
+    latent = _mla_paged(case, case.key_cache)
+    args: dict[str, Any] = {
+        "key": latent, "value": latent, "key_rope": _mla_paged(case, case.kv_rope_cache),
+        "num_heads": s.num_heads, "num_key_value_heads": 1, scale_keyword: case.scale, "antiquant_mode": 0,
+        "antiquant_scale": None, "block_table": case.block_table, "block_size": s.block_size,
+        "actual_seq_lengths_kv": [int(n) for n in s.context_lens],
+    }
+    if s.q_len == 1:
+        args.update(query=case.query.view(s.batch, s.num_heads, 1, s.head_dim),
+                    query_rope=case.query_rope.view(s.batch, s.num_heads, 1, s.rope_dim), input_layout="BNSD_NBSD",
+                    atten_mask=None, sparse_mode=0, actual_seq_lengths=None)
+    else:
+        tokens = s.batch * s.q_len
+        args.update(query=case.query.view(tokens, s.num_heads, s.head_dim),
+                    query_rope=case.query_rope.view(tokens, s.num_heads, s.rope_dim), input_layout="TND_NTD",
+                    atten_mask=fia_mask(case), sparse_mode=FIA_SPARSE_MODE_CAUSAL,
+                    actual_seq_lengths=[s.q_len * (seq + 1) for seq in range(s.batch)])
+    return args
+
+
+def fia_mla_result(case: BenchCase, result: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """FIA's MLA output, ``[N, B, 1, 512]`` (NBSD) or ``[N, T, 512]`` (NTD), as a view in the query's layout."""
+    out, s = result[0], case.shape
+    if s.q_len == 1:
+        return out.squeeze(2).transpose(0, 1)
+    return out.transpose(0, 1).unflatten(0, (s.batch, s.q_len))
+
+
+def prepare_fia_mla(case: BenchCase, torch_npu: Any) -> Launch:
+    args = fia_mla_arguments(case, fia_scale_keyword())
+    op = torch_npu.npu_fused_infer_attention_score
+    return lambda: fia_mla_result(case, op(**args))
+
+
 def prepare_ifa(case: BenchCase, torch_npu: Any) -> Launch:
     args = ifa_arguments(case)
     op = torch_npu.npu_incre_flash_attention
@@ -157,6 +212,8 @@ def prepare_ifa(case: BenchCase, torch_npu: Any) -> Launch:
 
 
 def prepare_fia(case: BenchCase, torch_npu: Any) -> Launch:
+    if case.shape.is_mla:
+        return prepare_fia_mla(case, torch_npu)
     args = fia_arguments(case, fia_scale_keyword())
     op = torch_npu.npu_fused_infer_attention_score
     return lambda: _fia_result(case, op(**args))

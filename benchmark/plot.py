@@ -39,7 +39,8 @@ class Bars:
 
 def shape_label(r: BenchRecord) -> str:
     """Short x label: batch, heads, context (max for ragged shapes), dtype; page size and D only if unusual; the
-    decode features last."""
+    decode features (``mla`` first for an MLA shape), then the roofline's verdict (``mem``/``compute``) when the
+    record has one: whether bandwidth is even the right yardstick for the bar."""
     ctx = r.context_tokens_max
     ctx_text = f"{ctx // 1024}K" if ctx % 1024 == 0 else str(ctx)
     ragged = r.context_tokens_total != r.batch * ctx
@@ -50,6 +51,8 @@ def shape_label(r: BenchRecord) -> str:
         parts.append(f"bs{r.block_size}")
     if r.features:
         parts.append(r.features)
+    if r.bound:
+        parts.append(f"[{r.bound.split('-')[0].replace('memory', 'mem')}]")
     return " ".join(parts)
 
 

@@ -12,7 +12,9 @@ JSON schema (``schema_version`` 1), one object:
 * ``launch_overhead``: host microseconds per launch of the runner's path into the no-op entry (also with a
   split-KV plan, and ``run_noop_us``: ``runner.run`` on other tensors), and of a bare cached ctypes call of
   that entry;
-* ``records``: one :class:`BenchRecord` per (shape id, implementation);
+* ``records``: one :class:`BenchRecord` per (shape id, implementation); ``roofline`` holds the shape's roofline
+  on an A2 (``benchmark/roofline.py``: FLOPs, bytes, FLOP/byte against the ridge, ``bound``, the floor time, the
+  same for the K/V traffic pa-kit's plan reads) and ``bound`` its label, ``memory-bound`` or ``compute-bound``;
 * ``extras``: free-form per-backend figures (the simulation's per-launch counters).
 """
 
@@ -80,6 +82,10 @@ class BenchRecord:
     features: str = ""
     #: Shapes returning lse: max |lse - float64 golden's lse| (natural log).
     max_lse_error: float | None = None
+    #: The shape's roofline on an A2 (``Roofline.as_dict``); the same on every row of a shape.
+    roofline: dict[str, Any] | None = None
+    #: ``memory-bound`` or ``compute-bound``: the shape's ideal FLOP/byte against A2's ridge point.
+    bound: str = ""
 
     @property
     def ok(self) -> bool:
@@ -182,7 +188,9 @@ LEGEND = (
     "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
     "float64 golden| (and lse err for shapes returning lse); an implementation outside the tolerance is reported, "
     "not timed; n/a: the implementation does not compute the shape's decode features (the note says which). "
-    "Shape ids end in the features: qN query tokens per sequence, wW window_left, sinks, lse. plan: strategy, launched "
+    "Shape ids end in the features: qN query tokens per sequence, wW window_left, sinks, lse; d512r64 is absorbed "
+    "MLA (latent 512 + rope 64, one KV head). roofline lines: the shape's FLOP/byte against A2's ridge point, "
+    "memory- or compute-bound, ideal and as pa-kit's plan reads K/V. plan: strategy, launched "
     "cores (bd), KV splits per sequence (kvCN), tiling key, host µs per launch of the runner path without the "
     "kernel, host µs per runner.update() with the shape's lengths repeated (a decode step in which no sequence "
     "crosses a page: a ragged batch's balancing decision comes from the planner's cache)."
@@ -269,11 +277,30 @@ def render_device_figures(records: tuple[BenchRecord, ...] | list[BenchRecord]) 
     return "\n".join(["per-launch device figures:", *lines]) if lines else ""
 
 
+def render_rooflines(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:
+    """One line per shape: its FLOP/byte against A2's ridge, the label, the floor time, the plan's own figures."""
+    from benchmark.roofline import describe
+
+    seen: dict[str, BenchRecord] = {}
+    for r in records:
+        if r.roofline and r.shape_id not in seen:
+            seen[r.shape_id] = r
+    if not seen:
+        return ""
+    first = next(iter(seen.values())).roofline or {}
+    lines = [f"roofline on {first['machine']}: HBM {first['hbm_tb_per_s']:.2f} TB/s, cube "
+             f"{first['cube_tflop_per_s']:.1f} TFLOP/s fp16/bf16, ridge {first['ridge_flop_per_byte']:.0f} FLOP/B "
+             "(ideal: K/V read once; plan: as pa-kit's A2 plan reads it)"]
+    lines += [f"  {sid}: {describe(r.roofline or {})}" for sid, r in seen.items()]
+    return "\n".join(lines)
+
+
 def render(report: BenchReport) -> str:
     from benchmark.predict import render_predictions
 
     parts = [render_header(report), "", render_table(report.records), "", LEGEND]
-    for extra in (render_device_figures(report.records), render_predictions(report.records)):
+    for extra in (render_rooflines(report.records), render_device_figures(report.records),
+                  render_predictions(report.records)):
         if extra:
             parts += ["", extra]
     return "\n".join(parts)

@@ -26,6 +26,7 @@ from benchmark.baselines import (
     within_tolerance,
 )
 from benchmark.device import DeviceInfo
+from benchmark.mla_runner import make_mla_runner
 from benchmark.predict import Predicted, predict
 from benchmark.report import (
     PA_KIT,
@@ -35,6 +36,7 @@ from benchmark.report import (
     BenchRecord,
     LaunchOverhead,
 )
+from benchmark.roofline import Roofline, roofline
 from benchmark.sim_figures import read_sim_figures
 from benchmark.timing import HostTimer, NpuEventTimer, TimingPolicy, host_us_per_call, make_flush
 from launcher import run_check
@@ -97,8 +99,15 @@ def feature_options(case: BenchCase) -> dict[str, Any]:
 def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backend: Any = None,
                 batch_invariant: bool = False) -> Any:
     """pa-kit's runner on ``case`` with its decode features; its call launches and returns ``out`` or
-    ``(out, lse)``."""
+    ``(out, lse)``.  An MLA case gets pa-kit's MLA runner (:mod:`benchmark.mla_runner`)."""
     from launcher import PagedAttentionRunner
+
+    if case.shape.is_mla:
+        if batch_invariant:
+            raise NotApplicableError("batch_invariant=True is not planned for MLA (its pinned tile does not fit "
+                                     "the 512-wide latent)")
+        return make_mla_runner(case, backend=backend if backend is not None else options.backend, checked=checked,
+                               core_count=options.core_count, strategy=options.strategy)
 
     if backend is None and options.predict:  # the timing model replays the CPU-implementation build's trace
         from launcher.backends import SimBackend
@@ -168,13 +177,15 @@ def _run_overhead(case: BenchCase, options: SuiteOptions) -> float | None:
     return host_us_per_call(lambda: runner.run(query, key, value, out))
 
 
-def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel, status: str) -> BenchRecord:
+def _base_record(shape: BenchShape, name: str, traffic: bytes_model.TrafficModel, status: str,
+                 roof: Roofline | None = None) -> BenchRecord:
     return BenchRecord(
         shape_id=shape.shape_id, implementation=name, batch=shape.batch, num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim, block_size=shape.block_size, dtype=shape.dtype,
         context_tokens_max=shape.max_context, context_tokens_total=shape.total_context_tokens,
         total_bytes=traffic.total_bytes, kv_bytes=traffic.kv_bytes, flops=traffic.flops, status=status,
-        features=shape.features_label,
+        features=shape.features_label, roofline=None if roof is None else roof.as_dict(),
+        bound="" if roof is None else roof.bound,
     )
 
 
@@ -230,20 +241,22 @@ class Suite:
 
     def run_shape(self, shape: BenchShape) -> list[BenchRecord]:
         traffic = bytes_model.traffic(shape)
+        roof = roofline(shape)
+        self.log(f"  {shape.shape_id:<44} roofline: {roof.summary()}")
         case = build_case(shape, self.device_name)
         reference = golden(case)
         records = []
         for name, prepare in self.implementations(case):
-            records.append(self._measure(case, name, prepare, reference, traffic))
+            records.append(self._measure(case, name, prepare, reference, traffic, roof))
             gc.collect()
         del case
         gc.collect()
         return with_speedups(records)
 
     def _measure(self, case: BenchCase, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
-                 reference: Reference, traffic: bytes_model.TrafficModel) -> BenchRecord:
+                 reference: Reference, traffic: bytes_model.TrafficModel, roof: Roofline | None = None) -> BenchRecord:
         shape = case.shape
-        record = _base_record(shape, name, traffic, STATUS_OK)
+        record = _base_record(shape, name, traffic, STATUS_OK, roof)
         predicted = None
         try:
             launch, plan, runner = prepare()

@@ -9,6 +9,11 @@
 Query heads are grouped per KV head, rows ordered (query token, head of the group).  With a window only the
 keys some query token keeps are gathered (from :func:`~workloads.bytes_model.first_key_read`); what a token
 must not see is masked.  A sink joins each row's softmax as one more logit whose weight is then dropped.
+
+Absorbed MLA is the same code on other operands: the query and its rope part side by side (576 wide) against
+keys that are the latent and its rope part side by side, gathered into one buffer, and values that are the first
+512 columns of that buffer (a view: the latent is gathered once and read as K and as V).  That is multi-query
+attention with one 576-wide key head, which is what ``score_j = scale * (q . kv_j + q_rope . rope_j)`` is.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from workloads.bytes_model import first_key_read, pages_used
 from workloads.cases import BenchCase
 
 Launch = Callable[[], Any]
+#: (cache, the region of a heads-major buffer its gathered pages are copied into)
+Targets = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def sequence_kv(case: BenchCase, seq: int, cache: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -31,17 +38,27 @@ def sequence_kv(case: BenchCase, seq: int, cache: torch.Tensor, start: int = 0) 
     length = s.context_lens[seq]
     first = start // s.block_size
     rows = case.block_table[seq, first:pages_used(length, s.block_size)].long()
-    tokens = cache.index_select(0, rows).reshape(-1, s.num_kv_heads, s.head_dim)
+    tokens = cache.index_select(0, rows).reshape(-1, s.num_kv_heads, cache.shape[-1])
     return tokens[start - first * s.block_size:length - first * s.block_size]
 
 
+def query_operand(case: BenchCase) -> torch.Tensor:
+    """The query the scores are taken with: ``case.query``, or for MLA the query and its rope part side by side."""
+    if case.shape.is_mla:
+        assert case.query_rope is not None, "an MLA case has a query_rope"
+        return torch.cat([case.query, case.query_rope], dim=-1)
+    return case.query
+
+
 def grouped_query(case: BenchCase) -> torch.Tensor:
-    """``[batch, kv_heads, q_len * group, head_dim]`` (a view for one token per sequence, else a copy)."""
-    s = case.shape
+    """``[batch, kv_heads, q_len * group, width]`` of :func:`query_operand` (a view for one token per sequence
+    without MLA, else a copy)."""
+    s, query = case.shape, query_operand(case)
+    width = query.shape[-1]
     if s.q_len == 1:
-        return case.query.view(s.batch, s.num_kv_heads, s.group_size, s.head_dim)
-    tokens = case.query.view(s.batch, s.q_len, s.num_kv_heads, s.group_size, s.head_dim)
-    return tokens.transpose(1, 2).reshape(s.batch, s.num_kv_heads, s.q_len * s.group_size, s.head_dim)
+        return query.view(s.batch, s.num_kv_heads, s.group_size, width)
+    tokens = query.view(s.batch, s.q_len, s.num_kv_heads, s.group_size, width)
+    return tokens.transpose(1, 2).reshape(s.batch, s.num_kv_heads, s.q_len * s.group_size, width)
 
 
 def ungroup(case: BenchCase, rows: torch.Tensor) -> torch.Tensor:
@@ -107,15 +124,35 @@ def _batches(case: BenchCase) -> list[tuple[slice, int, int]]:
             for seq, n in enumerate(s.context_lens)]
 
 
-def _dense(case: BenchCase, cache: torch.Tensor, seqs: slice, start: int) -> torch.Tensor:
-    """``[n, kv_heads, context - start, head_dim]`` of ``seqs``, filled one sequence at a time (no stacking copy:
-    at 128K tokens the cache alone is gigabytes)."""
+def _dense(case: BenchCase, caches: tuple[torch.Tensor, ...], seqs: slice, start: int) -> torch.Tensor:
+    """``[n, kv_heads, context - start, width]`` of ``seqs``: the caches' rows side by side (one cache, or MLA's
+    latent and rope), filled one sequence at a time (no stacking copy: at 128K tokens a cache is gigabytes)."""
     s = case.shape
     n, length = seqs.stop - seqs.start, s.context_lens[seqs.start] - start
-    dense = torch.empty(n, s.num_kv_heads, length, s.head_dim, dtype=cache.dtype, device=case.device)
+    width = sum(cache.shape[-1] for cache in caches)
+    dense = torch.empty(n, s.num_kv_heads, length, width, dtype=caches[0].dtype, device=case.device)
     for i, seq in enumerate(range(seqs.start, seqs.stop)):
-        dense[i].copy_(sequence_kv(case, seq, cache, start).transpose(0, 1))
+        column = 0
+        for cache in caches:
+            part = slice(column, column + cache.shape[-1])
+            dense[i, ..., part].copy_(sequence_kv(case, seq, cache, start).transpose(0, 1))
+            column = part.stop
     return dense
+
+
+def _dense_kv(case: BenchCase, seqs: slice, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of ``seqs`` from key ``start`` on; for MLA the values are a view of the keys' latent."""
+    s = case.shape
+    if s.is_mla:
+        assert case.kv_rope_cache is not None, "an MLA case has a kv_rope_cache"
+        keys = _dense(case, (case.key_cache, case.kv_rope_cache), seqs, start)
+        return keys, keys[..., :s.head_dim]
+    return _dense(case, (case.key_cache,), seqs, start), _dense(case, (case.value_cache,), seqs, start)
+
+
+def _plain(case: BenchCase) -> bool:
+    """No decode feature beyond MLA's own operands: the launch can return the attention's result as is."""
+    return not set(case.shape.features) - {"mla"}
 
 
 class _Outputs:
@@ -139,9 +176,9 @@ class _Outputs:
 def prepare_torch_dense(case: BenchCase) -> Launch:
     s = case.shape
     query, sinks, outputs = grouped_query(case), sink_rows(case), _Outputs(case)
-    plans = [(seqs, _dense(case, case.key_cache, seqs, start), _dense(case, case.value_cache, seqs, start),
-              row_mask(case, context, start)) for seqs, context, start in _batches(case) if context > 0]
-    if len(plans) == 1 and not s.features:  # plain uniform decode: no copy into a preallocated output
+    plans = [(seqs, *_dense_kv(case, seqs, start), row_mask(case, context, start))
+             for seqs, context, start in _batches(case) if context > 0]
+    if len(plans) == 1 and _plain(case):  # plain uniform decode: no copy into a preallocated output
         _, keys, values, _ = plans[0]
         return lambda: ungroup(case, grouped_attention(query, keys, values, case.scale)[0])
 
@@ -155,22 +192,31 @@ def prepare_torch_dense(case: BenchCase) -> Launch:
 
 
 def prepare_sdpa(case: BenchCase) -> Launch:
-    """Query tokens and windows go in as sdpa's boolean mask (True: attend); sinks and lse it cannot express."""
+    """Query tokens and windows go in as sdpa's boolean mask (True: attend); sinks and lse it cannot express.
+
+    MLA goes in as multi-query attention written as rows: the grouped query ``[batch, 1, q_len * heads, 576]``
+    against the one latent head, each row masked as its token.  (``enable_gqa`` would copy the latent once per
+    query head: 128 copies of the cache.)"""
     s = case.shape
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    if s.q_len == 1:
+    if s.is_mla:
+        query = grouped_query(case)
+    elif s.q_len == 1:
         query = case.query.view(s.batch, s.num_heads, 1, s.head_dim)
     else:
         query = case.query.transpose(1, 2).contiguous()  # [batch, heads, q_len, head_dim]
-    plans = [(seqs, _dense(case, case.key_cache, seqs, start), _dense(case, case.value_cache, seqs, start),
-              token_mask(case, context, start)) for seqs, context, start in _batches(case) if context > 0]
+    masks = row_mask if s.is_mla else token_mask
+    plans = [(seqs, *_dense_kv(case, seqs, start), masks(case, context, start))
+             for seqs, context, start in _batches(case) if context > 0]
     out = torch.zeros_like(case.query)
 
     def attend(seqs: slice, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        result = sdpa(query[seqs], keys, values, attn_mask=mask, scale=case.scale, enable_gqa=True)
+        result = sdpa(query[seqs], keys, values, attn_mask=mask, scale=case.scale, enable_gqa=not s.is_mla)
+        if s.is_mla:
+            return ungroup(case, result)
         return result.view(-1, s.num_heads, s.head_dim) if s.q_len == 1 else result.transpose(1, 2)
 
-    if len(plans) == 1 and not s.features:
+    if len(plans) == 1 and _plain(case):
         return lambda: attend(*plans[0])
 
     def run() -> torch.Tensor:
@@ -182,10 +228,11 @@ def prepare_sdpa(case: BenchCase) -> Launch:
 
 
 def prepare_torch_paged(case: BenchCase) -> Launch:
-    """Gather pages with ``index_select(out=...)``, copy them to ``[kv_heads, tokens, head_dim]``, attend.
+    """Gather pages with ``index_select(out=...)``, copy them to ``[kv_heads, tokens, width]``, attend.
 
     Both copies go to buffers allocated and touched here; attending on the strided view of the gathered
-    pages instead is several times slower on the CPU (torch copies it into fresh memory per call).
+    pages instead is several times slower on the CPU (torch copies it into fresh memory per call).  For MLA the
+    latent and rope pages are copied side by side into one key buffer whose first 512 columns are the values.
     """
     s = case.shape
     query, sinks, outputs = grouped_query(case), sink_rows(case), _Outputs(case)
@@ -197,25 +244,38 @@ def prepare_torch_paged(case: BenchCase) -> Launch:
         count = pages_used(context, s.block_size) - first
         rows = case.block_table[seqs, first:first + count].reshape(-1).long()
         n, tokens = seqs.stop - seqs.start, count * s.block_size
-        pages = [torch.zeros(n * count, *case.key_cache.shape[1:], dtype=case.key_cache.dtype, device=case.device)
-                 for _ in range(2)]
-        heads_major = [torch.zeros(n, s.num_kv_heads, tokens, s.head_dim, dtype=case.key_cache.dtype,
-                                   device=case.device) for _ in range(2)]
+        keys, values, targets = _heads_major(case, n, tokens)
+        copies = [(cache, torch.zeros(n * count, *cache.shape[1:], dtype=cache.dtype, device=case.device), dense)
+                  for cache, dense in targets]
         kept = slice(start - first * s.block_size, context - first * s.block_size)
-        plans.append((seqs, rows, pages, heads_major, tokens, kept, row_mask(case, context, start)))
+        plans.append((seqs, rows, copies, keys, values, tokens, kept, row_mask(case, context, start)))
 
     def run() -> Any:
-        for seqs, rows, (kpages, vpages), (keys, values), tokens, kept, mask in plans:
+        for seqs, rows, copies, keys, values, tokens, kept, mask in plans:
             n = seqs.stop - seqs.start
-            for cache, paged, dense in ((case.key_cache, kpages, keys), (case.value_cache, vpages, values)):
+            for cache, paged, dense in copies:
                 torch.index_select(cache, 0, rows, out=paged)
-                dense.copy_(paged.view(n, tokens, s.num_kv_heads, s.head_dim).transpose(1, 2))
+                dense.copy_(paged.view(n, tokens, s.num_kv_heads, cache.shape[-1]).transpose(1, 2))
             out, lse = grouped_attention(query[seqs], keys[:, :, kept], values[:, :, kept], case.scale, mask,
                                          sinks, s.lse)
             outputs.write(seqs, out, lse)
         return outputs.result()
 
     return run
+
+
+def _heads_major(case: BenchCase, n: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor, Targets]:
+    """Keys, values and (cache, region of the keys/values it is copied into): ``[n, kv_heads, tokens, width]``
+    buffers, for MLA one buffer of latent and rope side by side whose latent columns are the values."""
+    s = case.shape
+    if s.is_mla:
+        assert case.kv_rope_cache is not None, "an MLA case has a kv_rope_cache"
+        keys = torch.zeros(n, 1, tokens, s.head_dim + s.rope_dim, dtype=case.key_cache.dtype, device=case.device)
+        latent = keys[..., :s.head_dim]
+        return keys, latent, [(case.key_cache, latent), (case.kv_rope_cache, keys[..., s.head_dim:])]
+    keys, values = (torch.zeros(n, s.num_kv_heads, tokens, s.head_dim, dtype=case.key_cache.dtype,
+                                device=case.device) for _ in range(2))
+    return keys, values, [(case.key_cache, keys), (case.value_cache, values)]
 
 
 TORCH_PEERS: dict[str, Callable[[BenchCase], Launch]] = {

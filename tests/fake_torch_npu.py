@@ -29,6 +29,8 @@ next_tokens``.  So pa-kit's ``window_left = W`` is ``sparse_mode=4, pre_tokens=W
 a decode does not use (a band reaching forward, modes 1 and 2, a custom mask, several tokens without a mask)
 raise ``NotImplementedError``: the fake does not guess.
 
+FIA v1 with ``query_rope``/``key_rope`` is CANN's MLA mode: ``fake_fia_mla.py`` checks and computes it.
+
 Caveats from the pages: v2's says ``pre_tokens``/``next_tokens`` and ``sparse_mode`` have no effect when Q_S is 1
 (without rope); vLLM-Ascend relies on ``sparse_mode=4`` in TND decode for gpt-oss, and the fake applies the band
 at every query length.  Neither page says whether ``learnable_sink`` enters ``softmax_lse``; the fake's lse, like
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from fake_fia_mla import fia_mla, is_mla_call
 
 from accuracy.reference import Features, attention_lse
 
@@ -69,11 +72,16 @@ def documented_ifa(query: Any, key: Any, value: Any, *, padding_mask=None, pse_s
 
 
 def documented_fia(query: Any, key: Any, value: Any, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None,
-                   actual_seq_lengths_kv=None, block_table=None, num_heads=1, scale=1.0,
+                   actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
+                   quant_scale2=None, quant_offset2=None, antiquant_scale=None, antiquant_offset=None,
+                   block_table=None, query_padding_size=None, kv_padding_size=None, key_antiquant_scale=None,
+                   key_antiquant_offset=None, value_antiquant_scale=None, value_antiquant_offset=None,
+                   key_shared_prefix=None, value_shared_prefix=None, actual_shared_prefix_len=None,
+                   query_rope=None, key_rope=None, key_rope_antiquant_scale=None, num_heads=1, scale=1.0,
                    pre_tokens=2147483647, next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
-                   sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0,
-                   softmax_lse_flag=False) -> Any:
-    """torch_npu.npu_fused_infer_attention_score (7.x), the arguments a paged decode uses."""
+                   sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, softmax_lse_flag=False,
+                   key_antiquant_mode=0, value_antiquant_mode=0) -> Any:
+    """torch_npu.npu_fused_infer_attention_score (7.x and its current page), every documented argument."""
 
 
 def documented_fia_v2(query: Any, key: Any, value: Any, *, query_rope=None, key_rope=None, pse_shift=None,
@@ -238,6 +246,8 @@ def fake_torch_npu(calls: Calls) -> types.SimpleNamespace:
     def fia(*args: Any, **kwargs: Any) -> Any:
         inspect.signature(documented_fia).bind(*args, **kwargs)
         calls.append(("fia", args, kwargs))
+        if is_mla_call(kwargs):
+            return fia_mla(dict(zip(("query", "key", "value"), args, strict=False)) | kwargs)
         if kwargs.get("input_layout") == "TND":
             check_fia_tnd(kwargs)
             return _result(kwargs, V1)
@@ -246,6 +256,8 @@ def fake_torch_npu(calls: Calls) -> types.SimpleNamespace:
     def fia_v2(*args: Any, **kwargs: Any) -> Any:
         inspect.signature(documented_fia_v2).bind(*args, **kwargs)
         calls.append(("fia-v2", args, kwargs))
+        if is_mla_call(kwargs):
+            raise NotImplementedError("the fake models CANN's MLA mode through FIA v1 only")
         check_learnable_sink(kwargs)
         if kwargs.get("input_layout") != "TND":
             raise NotImplementedError("the fake models FIA v2's TND layout only")

@@ -8,8 +8,8 @@ decode, is compared with transformers' eager forward of the same model on the sa
 Tolerance, as in ``tests/test_e2e_llama.py``: twice the error transformers' own forward makes in the same dtype
 against its fp32 forward on the same tokens; greedy tokens must equal fp32 transformers' wherever the top-1/top-2
 margin exceeds it, and at least half the rows must qualify.  Before pa-kit is involved, the absorbed decode
-itself is checked: in fp32, with the float64 MLA golden (:func:`accuracy.reference.mla_reference`) in place of pa-kit, it must
-equal transformers' fp32 forward to 1e-3, which no rounding excuses (a wrong absorption, scale or rotary
+itself is checked: in fp32, with the float64 MLA golden (:func:`accuracy.reference.mla_reference`) in place of
+pa-kit, it must equal transformers' fp32 forward to 1e-3, which no rounding excuses (a wrong absorption, scale or rotary
 could not hide in a low-precision tolerance).
 
 Measured on the mock (``-s`` prints them): bf16 transformers is 0.0364 from fp32, so the tolerance is 0.0729,

@@ -10,6 +10,11 @@ Bytes a decode launch must move at least once between memory and the chip:
 * the block table: the int32 entries of the pages holding those tokens;
 * with sinks, num_heads sink logits (bf16) read; with lse, batch x q_len x num_heads fp32 written.
 
+Absorbed MLA (``rope_dim`` > 0, DeepSeek-V3): the one latent head (``head_dim`` = 512) is both K and V and sits
+beside its rope part (64), so a token's K/V is 512 + 64 elements read once (1152 bytes in fp16/bf16); Q is
+``head_dim + rope_dim`` wide, O ``head_dim``.  Its FLOPs per query-key pair are 2 x (576 + 512) per head: the
+score over latent and rope, then P times the latent (``2 x H x q_len x ctx x 1088`` for a uniform batch).
+
 Workspace round trips (S, P, O_tmp, split-KV partials) are not counted: they are the kernel's own cost.
 Bandwidth is decimal: 1 TB/s = 1e12 bytes/s and 1 GB/s = 1e9 bytes/s (not TiB/GiB).
 FLOPs: two matmuls of 2 x num_heads x keys x head_dim each per query token, ``keys`` the keys that token
@@ -29,6 +34,8 @@ SINK_BYTES = 2  # bf16, what FIA v2's learnable_sink takes
 LSE_BYTES = 4
 #: Two matmuls (Q·Kᵀ and P·V), each a multiply and an add per element.
 FLOPS_PER_QUERY_KEY_ELEMENT = 4
+#: A multiply and an add per element of each matmul (MLA's two matmuls have different widths).
+FLOPS_PER_MULTIPLY_ADD = 2
 BYTES_PER_TB = 1e12
 BYTES_PER_GB = 1e9
 MS_PER_S = 1e3
@@ -36,7 +43,8 @@ MS_PER_S = 1e3
 DESCRIPTION = (
     "bytes = Q + valid K/V tokens (a window's only) + O + used block-table entries (int32) [+ sinks + lse]; "
     "workspace traffic not counted; decimal units (1 TB/s = 1e12 B/s); FLOPs = 4 x Hq x D x keys attended, "
-    "summed over query tokens (sum(context) for one token per sequence)"
+    "summed over query tokens (sum(context) for one token per sequence); MLA: K/V = latent + rope read once, "
+    "FLOPs = 2 x Hq x (D + R + D) x keys attended"
 )
 
 
@@ -85,12 +93,20 @@ def traffic(shape: BenchShape) -> TrafficModel:
     pages = sum(pages_used(n, shape.block_size) - start // shape.block_size
                 for n, start in zip(shape.context_lens, starts, strict=True) if n > 0)
     pairs = sum(keys_attended(n, shape.q_len, shape.window_left) for n in shape.context_lens)
+    if shape.is_mla:  # one latent head read as K and V, its rope part beside it (module docstring)
+        key_width = shape.head_dim + shape.rope_dim
+        kv_elements = tokens * shape.num_kv_heads * key_width
+        flops = FLOPS_PER_MULTIPLY_ADD * shape.num_heads * (key_width + shape.head_dim) * pairs
+    else:
+        key_width = shape.head_dim
+        kv_elements = 2 * tokens * shape.num_kv_heads * shape.head_dim
+        flops = FLOPS_PER_QUERY_KEY_ELEMENT * shape.num_heads * shape.head_dim * pairs
     return TrafficModel(
-        q_bytes=rows * shape.head_dim * elem,
-        kv_bytes=2 * tokens * shape.num_kv_heads * shape.head_dim * elem,
+        q_bytes=rows * key_width * elem,
+        kv_bytes=kv_elements * elem,
         o_bytes=rows * shape.head_dim * elem,
         block_table_bytes=pages * BLOCK_TABLE_ENTRY_BYTES,
-        flops=FLOPS_PER_QUERY_KEY_ELEMENT * shape.num_heads * shape.head_dim * pairs,
+        flops=flops,
         sink_bytes=shape.num_heads * SINK_BYTES if shape.sinks else 0,
         lse_bytes=rows * LSE_BYTES if shape.lse else 0,
     )

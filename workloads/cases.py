@@ -29,6 +29,10 @@ class BenchCase:
 
     ``query`` is ``[batch, num_heads, head_dim]``, or ``[batch, q_len, num_heads, head_dim]`` when the shape has
     more than one query token per sequence; ``sinks`` ``[num_heads]`` (bf16) when it has sinks.
+
+    An absorbed-MLA shape's ``key_cache`` is the latent cache ``[num_blocks, block_size, 1, 512]`` and
+    ``value_cache`` is the same tensor (the latent is read as K and as V); ``query_rope`` (the query's shape with
+    ``rope_dim`` last) and ``kv_rope_cache`` ``[num_blocks, block_size, 1, rope_dim]`` hold the rope parts.
     """
 
     shape: BenchShape
@@ -41,6 +45,8 @@ class BenchCase:
     scale: float
     sinks: torch.Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    query_rope: torch.Tensor | None = None
+    kv_rope_cache: torch.Tensor | None = None
 
     @property
     def window_left(self) -> int:
@@ -56,26 +62,64 @@ def draw_sinks(shape: BenchShape, gen: torch.Generator) -> torch.Tensor:
     return (center + SINK_SPREAD * torch.randn(shape.num_heads, generator=gen)).to(SINK_DTYPE)
 
 
+def scale_of(shape: BenchShape) -> float:
+    """``1/sqrt(width of a score's dot product)``: N(0, 1) inputs then give scores of unit variance.  For MLA the
+    dot product runs over latent and rope (576): a model's own scale (DeepSeek-V3's carries YaRN's mscale) is
+    about the model's weights, which random inputs do not have."""
+    return 1.0 / math.sqrt(shape.head_dim + shape.rope_dim)
+
+
 def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
     """Seeded inputs for ``shape``: N(0, 1) values, each sequence's pages a random subset of the cache."""
+    if shape.is_mla:
+        return _build_mla_case(shape, device)
     gen = torch.Generator().manual_seed(shape.seed)
     dtype = TORCH_DTYPES[shape.dtype]
-    pages = [pages_used(n, shape.block_size) for n in shape.context_lens]
-    total = sum(pages)
-    num_blocks = total + max(1, math.ceil(total * SPARE_PAGE_FRACTION))
+    num_blocks = _num_blocks(shape)
     page_shape = (shape.block_size, shape.num_kv_heads, shape.head_dim)
     tokens = (shape.batch, shape.q_len) if shape.q_len > 1 else (shape.batch,)
     query = torch.randn(*tokens, shape.num_heads, shape.head_dim, generator=gen, dtype=dtype)
     key_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
     value_cache = torch.randn(num_blocks, *page_shape, generator=gen, dtype=dtype)
-    order = torch.randperm(num_blocks, generator=gen)[:total].to(torch.int32)
-    # Entries past a sequence's last page hold 0, a valid id: IFA requires every entry in [0, num_blocks).
-    block_table = torch.zeros(shape.batch, max(pages), dtype=torch.int32)
-    start = 0
-    for row, count in enumerate(pages):
-        block_table[row, :count] = order[start:start + count]
-        start += count
+    block_table = _block_table(shape, num_blocks, gen)
     lens = torch.tensor(shape.context_lens, dtype=torch.int32)
     tensors = [t.to(device) for t in (query, key_cache, value_cache, block_table, lens)]
     sinks = draw_sinks(shape, gen).to(device) if shape.sinks else None  # drawn last: other tensors keep their seeds
-    return BenchCase(shape, device, *tensors, scale=1.0 / math.sqrt(shape.head_dim), sinks=sinks)
+    return BenchCase(shape, device, *tensors, scale=scale_of(shape), sinks=sinks)
+
+
+def _num_blocks(shape: BenchShape) -> int:
+    """The pages the sequences use plus spares, so that the shuffled table spans a larger cache."""
+    total = sum(pages_used(n, shape.block_size) for n in shape.context_lens)
+    return total + max(1, math.ceil(total * SPARE_PAGE_FRACTION))
+
+
+def _block_table(shape: BenchShape, num_blocks: int, gen: torch.Generator) -> torch.Tensor:
+    """Each sequence's pages a shuffled subset of ``num_blocks``.  Entries past a sequence's last page hold 0, a
+    valid id: IFA requires every entry in [0, num_blocks)."""
+    pages = [pages_used(n, shape.block_size) for n in shape.context_lens]
+    order = torch.randperm(num_blocks, generator=gen)[:sum(pages)].to(torch.int32)
+    table = torch.zeros(shape.batch, max(pages), dtype=torch.int32)
+    start = 0
+    for row, count in enumerate(pages):
+        table[row, :count] = order[start:start + count]
+        start += count
+    return table
+
+
+def _build_mla_case(shape: BenchShape, device: str) -> BenchCase:
+    """An absorbed-MLA case: query and its rope part, the latent cache (K and V) and the rope cache."""
+    gen = torch.Generator().manual_seed(shape.seed)
+    dtype = TORCH_DTYPES[shape.dtype]
+    num_blocks = _num_blocks(shape)
+    tokens = (shape.batch, shape.q_len) if shape.q_len > 1 else (shape.batch,)
+    query = torch.randn(*tokens, shape.num_heads, shape.head_dim, generator=gen, dtype=dtype)
+    query_rope = torch.randn(*tokens, shape.num_heads, shape.rope_dim, generator=gen, dtype=dtype)
+    latent = torch.randn(num_blocks, shape.block_size, 1, shape.head_dim, generator=gen, dtype=dtype)
+    rope = torch.randn(num_blocks, shape.block_size, 1, shape.rope_dim, generator=gen, dtype=dtype)
+    table = _block_table(shape, num_blocks, gen)
+    lens = torch.tensor(shape.context_lens, dtype=torch.int32)
+    query, query_rope, latent, rope, table, lens = (t.to(device) for t in (query, query_rope, latent, rope, table,
+                                                                           lens))
+    return BenchCase(shape, device, query, latent, latent, table, lens, scale=scale_of(shape), query_rope=query_rope,
+                     kv_rope_cache=rope)

@@ -1,9 +1,13 @@
-"""Benchmark shapes: the named sets (`default`, `pr`, `long`, `ragged`, `features`) and the single-shape flags.
+"""Benchmark shapes: the named sets (`default`, `pr`, `long`, `ragged`, `features`, `mla`) and the single-shape flags.
 
 A shape is pure description (no tensors): batch, heads, head_dim, page size, dtype, the context length of
 every sequence, and the decode features it asks for (query tokens per sequence, sliding window, sinks, lse).
 Its ``shape_id`` is stable across runs and machines, because the regression gate (``benchmark/compare.py``)
 matches results by it; a shape without features keeps the id it always had.
+
+An absorbed-MLA shape (``rope_dim`` > 0: DeepSeek-V3's decode) has one latent KV head of ``head_dim`` = 512 that
+is read as both K and V, a rope part of ``rope_dim`` = 64 beside it, and ``num_heads`` query heads; its id says
+``d512r64``.
 
 Feature semantics are pa-kit's (``accuracy/reference.py``): ``context_lens`` counts the query tokens, token
 ``s`` of a sequence sits at ``p = context - q_len + s`` and attends causally to keys ``0..p``; ``window_left
@@ -36,7 +40,16 @@ MAX_Q_LEN = 16
 GPT_OSS_HEADS, GPT_OSS_KV_HEADS, GPT_OSS_HEAD_DIM, GPT_OSS_DTYPE = 64, 8, 64, "bf16"
 GPT_OSS_SLIDING_WINDOW = 128
 
-SHAPE_SETS = ("default", "pr", "long", "ragged", "features")
+#: DeepSeek-V3's attention (absorbed MLA): 128 query heads, kv_lora_rank 512 (the latent, read as K and V),
+#: qk_rope_head_dim 64, bf16.  Tensor parallelism splits the heads: TP 1, 4 and 8 give a rank 128, 32 and 16.
+DEEPSEEK_V3_HEADS, MLA_LATENT_DIM, MLA_ROPE_DIM, DEEPSEEK_V3_DTYPE = 128, 512, 64, "bf16"
+DEEPSEEK_V3_TP_SIZES = (1, 4, 8)
+#: The ``mla`` set: batches at one context, and one MTP verify step (q_len 2) at TP 1.
+MLA_BATCHES = (1, 8, 32, 64, 128)
+MLA_CONTEXT = 4096
+MLA_MTP_BATCH, MLA_MTP_Q_LEN = 32, 2
+
+SHAPE_SETS = ("default", "pr", "long", "ragged", "features", "mla")
 
 
 def window_left_of(sliding_window: int | None) -> int:
@@ -69,6 +82,12 @@ class BenchShape:
     sinks: bool = False
     #: the launch also returns each row's log-sum-exp (natural log, sink included)
     lse: bool = False
+    #: absorbed MLA: the rope part's width beside the ``head_dim``-wide latent (0: GQA/MQA/MHA)
+    rope_dim: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.rope_dim > 0
 
     @property
     def batch(self) -> int:
@@ -93,8 +112,10 @@ class BenchShape:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """The decode features beyond one-token attention this shape needs, by name."""
-        names = []
+        """What this shape needs beyond one-token GQA decode, by name: ``mla`` (absorbed MLA's latent + rope
+        inputs), ``multi-token``, ``window``, ``sinks``, ``lse`` (``benchmark/applicability.py`` says who
+        computes which)."""
+        names = ["mla"] if self.is_mla else []
         if self.q_len > 1:
             names.append("multi-token")
         if self.window_left >= 0:
@@ -107,8 +128,9 @@ class BenchShape:
 
     @property
     def features_label(self) -> str:
-        """e.g. ``q2 w127 sinks lse``; empty for plain decode."""
-        return features_suffix(self.q_len, self.window_left, self.sinks, self.lse).replace("_", " ").strip()
+        """e.g. ``q2 w127 sinks lse`` or ``mla q2``; empty for plain GQA decode."""
+        label = features_suffix(self.q_len, self.window_left, self.sinks, self.lse).replace("_", " ").strip()
+        return f"mla {label}".strip() if self.is_mla else label
 
 
 def tokens_label(tokens: int) -> str:
@@ -127,10 +149,12 @@ def features_suffix(q_len: int = 1, window_left: int = -1, sinks: bool = False, 
 
 def shape_id_for(
     *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str, context: str,
-    features: str = "",
+    features: str = "", rope_dim: int = 0,
 ) -> str:
-    """Stable id, e.g. ``b64_h32kv8_d128_ctx2k_bs128_fp16`` (+ :func:`features_suffix`)."""
-    return f"b{batch}_h{num_heads}kv{num_kv_heads}_d{head_dim}_ctx{context}_bs{block_size}_{dtype}{features}"
+    """Stable id, e.g. ``b64_h32kv8_d128_ctx2k_bs128_fp16`` (+ :func:`features_suffix`); MLA's head part reads
+    ``d512r64`` (latent and rope widths)."""
+    dims = f"d{head_dim}r{rope_dim}" if rope_dim else f"d{head_dim}"
+    return f"b{batch}_h{num_heads}kv{num_kv_heads}_{dims}_ctx{context}_bs{block_size}_{dtype}{features}"
 
 
 def uniform_shape(
@@ -147,15 +171,25 @@ def uniform_shape(
     window_left: int = -1,
     sinks: bool = False,
     lse: bool = False,
+    rope_dim: int = 0,
 ) -> BenchShape:
     """Every sequence attends to ``context`` tokens (its ``q_len`` query tokens included)."""
     validate_arguments(batch=batch, context=context, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                       head_dim=head_dim, block_size=block_size, dtype=dtype, q_len=q_len, window_left=window_left)
+                       head_dim=head_dim, block_size=block_size, dtype=dtype, q_len=q_len, window_left=window_left,
+                       sinks=sinks, rope_dim=rope_dim)
     sid = shape_id_for(batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                        block_size=block_size, dtype=dtype, context=tokens_label(context),
-                       features=features_suffix(q_len, window_left, sinks, lse))
+                       features=features_suffix(q_len, window_left, sinks, lse), rope_dim=rope_dim)
     return BenchShape(sid, num_heads, num_kv_heads, head_dim, block_size, dtype, (context,) * batch, seed,
-                      q_len=q_len, window_left=window_left, sinks=sinks, lse=lse)
+                      q_len=q_len, window_left=window_left, sinks=sinks, lse=lse, rope_dim=rope_dim)
+
+
+def mla_shape(batch: int, context: int, *, num_heads: int = DEEPSEEK_V3_HEADS, q_len: int = 1, lse: bool = False,
+              block_size: int = BLOCK_SIZE, dtype: str = DEEPSEEK_V3_DTYPE, seed: int = DEFAULT_SEED) -> BenchShape:
+    """An absorbed-MLA decode layer of DeepSeek-V3 on one rank: ``num_heads`` query heads (128 / TP size), one
+    512-wide latent KV head and its 64-wide rope part, bf16, pages of 128."""
+    return uniform_shape(batch, context, num_heads=num_heads, num_kv_heads=1, head_dim=MLA_LATENT_DIM,
+                         block_size=block_size, dtype=dtype, seed=seed, q_len=q_len, lse=lse, rope_dim=MLA_ROPE_DIM)
 
 
 def gpt_oss_shape(batch: int, context: int, *, q_len: int = 1, lse: bool = False,
@@ -229,10 +263,21 @@ def feature_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
     ]
 
 
+def mla_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
+    """DeepSeek-V3's absorbed-MLA decode per rank at TP 1, 4 and 8 (128, 32, 16 heads) x batch 1..128 at 4K
+    tokens, then one MTP verify step (2 query tokens) at TP 1.  The head count is what moves MLA along the
+    roofline: every head reuses the same latent, so FLOPs per byte grow with heads x query tokens (a rank of 128
+    heads sits near A2's ridge point, 16 heads well below it; ``benchmark/roofline.py``)."""
+    shapes = [mla_shape(batch, MLA_CONTEXT, num_heads=DEEPSEEK_V3_HEADS // tp, seed=seed)
+              for tp in DEEPSEEK_V3_TP_SIZES for batch in MLA_BATCHES]
+    shapes.append(mla_shape(MLA_MTP_BATCH, MLA_CONTEXT, q_len=MLA_MTP_Q_LEN, seed=seed))
+    return shapes
+
+
 def shape_set(name: str, seed: int = DEFAULT_SEED) -> list[BenchShape]:
     """The named set with inputs drawn from ``seed``; ``ValueError`` names the valid sets."""
     builders = {"default": default_shapes, "pr": pr_shapes, "long": long_shapes,
-                "ragged": lambda seed: [ragged_shape(seed=seed)], "features": feature_shapes}
+                "ragged": lambda seed: [ragged_shape(seed=seed)], "features": feature_shapes, "mla": mla_shapes}
     if name not in builders:
         raise ValueError(f"--shapes must be one of {', '.join(SHAPE_SETS)}, got {name!r}")
     return builders[name](seed)
@@ -240,12 +285,20 @@ def shape_set(name: str, seed: int = DEFAULT_SEED) -> list[BenchShape]:
 
 def validate_arguments(
     *, batch: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: str,
-    q_len: int = 1, window_left: int = -1,
+    q_len: int = 1, window_left: int = -1, sinks: bool = False, rope_dim: int = 0,
 ) -> None:
     """Cheap checks of the single-shape flags, so a typo fails before any tensor is built.
 
-    The kernel's full contract (supported head_dim, block sizes, ratios) is the planner's to check.
+    The kernel's full contract (supported head_dim, block sizes, ratios, MLA's head count) is the planner's to
+    check; an MLA shape is checked here only for what the benchmark itself builds (one latent head of 512, a
+    rope part of 64, no window or sinks: MLA decode has neither).
     """
+    if rope_dim:
+        if (rope_dim, head_dim, num_kv_heads) != (MLA_ROPE_DIM, MLA_LATENT_DIM, 1):
+            raise ValueError(f"--mla is one latent KV head of {MLA_LATENT_DIM} with a rope part of {MLA_ROPE_DIM}, "
+                             f"got kv-heads {num_kv_heads}, head-dim {head_dim}, rope {rope_dim}")
+        if window_left >= 0 or sinks:
+            raise ValueError("--mla takes no --window-left or --sinks (MLA decode has neither)")
     positive = {"batch": batch, "ctx": context, "heads": num_heads, "kv-heads": num_kv_heads,
                 "head-dim": head_dim, "block-size": block_size}
     for flag, value in positive.items():
