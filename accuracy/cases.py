@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tiling import abi
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 #: Entries written past each sequence's last page: never read by the kernel, rejected if it did.
@@ -37,6 +39,11 @@ class Case:
     @property
     def seed(self) -> int:
         return zlib.crc32(self.name.encode())
+
+    @property
+    def mla(self) -> bool:
+        """An absorbed-MLA case: the latent width as head_dim (one KV head, rope parts beside q and the cache)."""
+        return self.head_dim == abi.MLA_LATENT_DIM
 
     @property
     def ratio(self) -> int:

@@ -64,7 +64,7 @@ def make_inputs(case: Case) -> Inputs:
     cache = (num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
     query = torch.randn(len(case.lens), case.num_heads, case.head_dim, generator=gen).to(dtype)
     key_cache = torch.randn(cache, generator=gen).to(dtype)
-    if case.head_dim == abi.MLA_LATENT_DIM:  # MLA: the latent is K and V; rope parts of DeepSeek-like size
+    if case.mla:  # the latent is K and V; rope parts of DeepSeek-like size
         rope = abi.MLA_ROPE_DIM
         return Inputs(query, key_cache, key_cache, table, case.lens,
                       (2 * torch.randn(len(case.lens), case.num_heads, rope, generator=gen)).to(dtype),
@@ -143,6 +143,6 @@ MLA_BACKENDS = ("mock",)
 
 def skip_reason(case: Case, backend_name: str) -> str | None:
     """Why ``case`` does not run on ``backend_name`` (its kernel lacks the case's feature), or None."""
-    if case.head_dim == abi.MLA_LATENT_DIM and backend_name not in MLA_BACKENDS:
+    if case.mla and backend_name not in MLA_BACKENDS:
         return f"the {backend_name} backend's kernel does not execute MLA yet (the mock does)"
     return None

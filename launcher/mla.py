@@ -27,18 +27,17 @@ from launcher import validation
 from launcher.backends import Backend, get_backend
 from launcher.features import decode_features
 from launcher.runner import PagedAttentionRunner
-from tiling import abi
+from tiling import abi, rules
 
 
 def _require_scale(scale: object) -> float:
-    """MLA's softmax scale: a required number (there is no right default, see the module docstring)."""
+    """MLA's softmax scale: required (there is no right default, see the module docstring), then the planner's
+    rule for any scale (:func:`tiling.rules.validate_scale`)."""
     if scale is None:
         raise TypeError("scale is required for MLA: pass the model's softmax scale (DeepSeek-V3: "
                         "1/sqrt(qk_nope_head_dim + qk_rope_head_dim) x YaRN mscale^2, about 0.1352 for the "
                         "released config); 1/sqrt(512) would be wrong")
-    if isinstance(scale, bool) or not isinstance(scale, int | float):
-        raise TypeError(f"scale must be a float, got {type(scale).__name__}")
-    return float(scale)
+    return rules.validate_scale(scale, abi.MLA_LATENT_DIM)
 
 
 class MlaPagedAttentionRunner(PagedAttentionRunner):
@@ -101,10 +100,6 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
         Checked as :meth:`PagedAttentionRunner.run` checks its tensors, before anything is launched; nothing is
         planned, allocated or copied to the host here."""
         return self._run(query, kv_cache, kv_cache, out, lse, None, (query_rope, kv_rope_cache))
-
-    def __repr__(self) -> str:
-        return "Mla" + super().__repr__().replace(f"heads={self.capacity.num_heads}/1, head_dim=512",
-                                                  f"heads={self.capacity.num_heads}, latent=512+rope=64")
 
 
 @overload

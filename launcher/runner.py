@@ -147,7 +147,6 @@ class PagedAttentionRunner:
         runner = cls.__new__(cls)
         runner._setup(capacity, resolved, decode, out=None, **options)
         runner.query = runner.key_cache = runner.value_cache = None
-        runner.query_rope = runner.kv_rope_cache = None
         runner.update([])
         return runner
 
@@ -245,10 +244,10 @@ class PagedAttentionRunner:
         lse = self._device.lse
         self.lse: torch.Tensor | None = lse if lse is None or batch == lse.shape[0] else lse[:batch]
         self.block_table = self._device.table[:batch]
-        cap = self.capacity
+        cap, step = self.capacity, self.capacity.step_shape(batch)
         self._expect = RunExpect.of(self.out, cap.cache_shape, self._device.table, self.lse,
                                     self.features.sinks_torch_dtype,
-                                    (cap.rope_query_shape(batch), cap.rope_cache_shape) if cap.rope_dim else None)
+                                    (step.rope_query_shape, step.rope_cache_shape) if cap.rope_dim else None)
         self._fast_expect = None if self._fast is None else self._fast.make_expect(
             self.out, tuple(self.capacity.cache_shape), self._device.table, _Q_ARG, _K_ARG, _V_ARG, _O_ARG)
 
@@ -404,9 +403,10 @@ class PagedAttentionRunner:
         c, plan = self.capacity, self.plan
         grid = "no plan (empty step)" if plan is None else (
             f"strategy={plan.strategy}, block_dim={plan.block_dim}, kvCN={plan.kv_core_num}")
-        return (f"PagedAttentionRunner(batch={self.batch}/{c.max_batch}, heads={c.num_heads}/{c.num_kv_heads}, "
-                f"head_dim={c.head_dim}, block_size={c.block_size}, {c.dtype_name}, backend={self.backend!r}, "
-                f"{grid})")
+        heads = f"heads={c.num_heads}, latent={c.head_dim}+rope={c.rope_dim}" if c.rope_dim else \
+            f"heads={c.num_heads}/{c.num_kv_heads}, head_dim={c.head_dim}"
+        return (f"{type(self).__name__}(batch={self.batch}/{c.max_batch}, {heads}, block_size={c.block_size}, "
+                f"{c.dtype_name}, backend={self.backend!r}, {grid})")
 
 
 def _zeroer(tensors: tuple[torch.Tensor, ...]) -> Launch:

@@ -80,15 +80,6 @@ class Capacity:
     def cache_shape(self) -> torch.Size:
         return torch.Size((self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim))
 
-    def rope_query_shape(self, batch: int) -> tuple[int, ...]:
-        """MLA: a step's query_rope shape ``[batch, (q_len,) num_heads, rope_dim]``."""
-        return (batch, *self._tokens, self.num_heads, self.rope_dim)
-
-    @property
-    def rope_cache_shape(self) -> torch.Size:
-        """MLA: the rope cache's shape ``[num_blocks, block_size, 1, rope_dim]``."""
-        return torch.Size((self.num_blocks, self.block_size, self.num_kv_heads, self.rope_dim))
-
     def step_shape(self, batch: int) -> DecodeShape:
         return DecodeShape(batch=batch, num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                            head_dim=self.head_dim, block_size=self.block_size, num_blocks=self.num_blocks,

@@ -7,13 +7,14 @@ per step with continuous batching, run per layer without allocating, the default
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from accuracy.cases import DEEPSEEK_V3_SCALE
+from accuracy.harness import shuffled_block_table
 from accuracy.reference import compare, compare_lse, mla_reference
 from launcher import MlaPagedAttentionRunner, mla_paged_attention
 from tests.test_runner_engine import _OnlyInPlace
@@ -21,7 +22,7 @@ from tiling import abi, plan_paged_attention
 from tiling.splits import combine_split_limit
 from tiling.workspace import capacity_workspace
 
-SCALE = 192**-0.5 * (0.1 * math.log(40) + 1) ** 2
+SCALE = DEEPSEEK_V3_SCALE
 BS = 64
 
 
@@ -39,13 +40,7 @@ def tensors(batch: int, heads: int, *, q_len: int | None = None, num_blocks: int
 
 def shuffled_table(lens: list[int], num_blocks: int, seed: int, columns: int | None = None) -> torch.Tensor:
     pages = [-(-n // BS) for n in lens]
-    order = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).to(torch.int32)
-    table = torch.full((len(lens), columns or max(max(pages), 1)), -1, dtype=torch.int32)
-    start = 0
-    for row, count in enumerate(pages):
-        table[row, :count] = order[start:start + count]
-        start += count
-    return table
+    return shuffled_block_table(pages, num_blocks, torch.Generator().manual_seed(seed), columns or max(max(pages), 1))
 
 
 def check(out: torch.Tensor, t: dict[str, torch.Tensor], table: torch.Tensor, lens: list[int],

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from accuracy.cases import DEEPSEEK_V3_SCALE
+from accuracy.harness import shuffled_block_table
 from accuracy.reference import Reference, compare, compare_lse, mla_reference
 from launcher import mock_api
 from launcher.library import load_library
@@ -27,8 +29,6 @@ from tiling import PagedAttentionPlan, abi, plan_paged_attention
 
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LATENT, ROPE = abi.MLA_LATENT_DIM, abi.MLA_ROPE_DIM
-#: DeepSeek-V3's softmax scale: 1/sqrt(192) x (0.1 ln 40 + 1)^2 (YaRN mscale, factor 40)
-DEEPSEEK_SCALE = 192**-0.5 * (0.1 * math.log(40) + 1) ** 2
 
 
 @dataclass
@@ -49,12 +49,7 @@ def build(*, heads: int, q_len: int, dtype: str, block_size: int, lens: list[int
     gen = torch.Generator().manual_seed(seed)
     pages = [-(-n // block_size) for n in lens]
     num_blocks = sum(pages) + 7
-    order = torch.randperm(num_blocks, generator=gen)
-    table = torch.full((len(lens), max(max(pages), 1)), -1, dtype=torch.int32)
-    start = 0
-    for row, count in enumerate(pages):
-        table[row, :count] = order[start:start + count].to(torch.int32)
-        start += count
+    table = shuffled_block_table(pages, num_blocks, gen, max(max(pages), 1))
     t = TORCH[dtype]
     kv_cache = torch.randn(num_blocks, block_size, 1, LATENT, generator=gen).to(t)
     kv_rope_cache = (torch.randn(num_blocks, block_size, 1, ROPE, generator=gen) * 2).to(t)
@@ -62,7 +57,7 @@ def build(*, heads: int, q_len: int, dtype: str, block_size: int, lens: list[int
     query_rope = (torch.randn(len(lens), q_len, heads, ROPE, generator=gen) * 2).to(t)
     plan = plan_paged_attention(
         lens, num_heads=heads, num_kv_heads=1, head_dim=LATENT, rope_dim=ROPE, block_size=block_size,
-        max_pages=table.shape[1], num_blocks=num_blocks, scale=DEEPSEEK_SCALE, dtype=dtype, core_count=core_count,
+        max_pages=table.shape[1], num_blocks=num_blocks, scale=DEEPSEEK_V3_SCALE, dtype=dtype, core_count=core_count,
         strategy=strategy, q_len=q_len, return_lse=return_lse)  # type: ignore[arg-type]
     return MlaCase(plan, query, query_rope, kv_cache, kv_rope_cache, table, lens)
 
