@@ -17,7 +17,7 @@ PEER_FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
                 "or lse output (FIA is its successor)"),
     "fia": (("mla", "multi-token", "window", "lse"), "npu_fused_infer_attention_score has no learnable_sink; "
                                                      "fia-v2 has"),
-    "fia-v2": (("multi-token", "window", "sinks", "lse"), ""),
+    "fia-v2": (("mla", "multi-token", "window", "sinks", "lse"), ""),
     "torch-paged": (ALL_FEATURES, ""),
     "torch-dense": (ALL_FEATURES, ""),
     "sdpa": (("mla", "multi-token", "window"), "scaled_dot_product_attention has no sinks and returns no lse"),
@@ -25,14 +25,14 @@ PEER_FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
 #: Why a peer that lacks ``mla`` lacks it (said instead of the peer's general reason).
 NO_MLA: dict[str, str] = {
     "ifa": "npu_incre_flash_attention has no query_rope/key_rope inputs, so MLA's rope part cannot reach it; "
-           "CANN's MLA decode is npu_fused_infer_attention_score's MLA mode (row fia)",
-    "fia-v2": "the benchmark calls CANN's MLA mode through FIA v1 (row fia), as vLLM-Ascend's mla_v1.py did; "
-              "v2's MLA call is not modelled",
+           "CANN's MLA decode is npu_fused_infer_attention_score's MLA mode (rows fia, fia-v2)",
 }
 #: Features a peer computes, but not together with MLA: peer -> (features, why).
 NOT_WITH_MLA: dict[str, tuple[tuple[str, ...], str]] = {
     "fia": (("lse",), "FIA's MLA mode (query D 512) refuses softmax_lse_flag: torch_npu's "
-                      "npu_fused_infer_attention_score page, MLA constraints"),
+                      "npu_fused_infer_attention_score page, MLA constraints; fia-v2 returns it"),
+    "fia-v2": (("window", "sinks"), "v2's MLA mode is not called with a band by vLLM-Ascend and its learnable_sink "
+                                    "needs a value head_dim <= 128"),
 }
 #: External ATB-ABI kernels (``--external``): ATB's ABI v1 describes one-token decode only.
 EXTERNAL_FEATURES: tuple[tuple[str, ...], str] = ((), "an external ATB-ABI v1 kernel computes one-token GQA "

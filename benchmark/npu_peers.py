@@ -18,6 +18,9 @@ one KV head that view of pa-kit's ``[num_blocks, block_size, 1, D]`` pages moves
 sequence in ``BNSD_NBSD`` (query ``[B, N, 1, 512]``, ``sparse_mode=0`` without a mask, output ``[N, B, 1, 512]``),
 MTP in ``TND_NTD`` (query ``[T, N, 512]``, cumulative ``actual_seq_lengths``, ``sparse_mode=3`` with the causal
 mask, output ``[N, T, 512]``).  The outputs come back as views in the query's layout: no copy is timed.
+``fia-v2`` runs the same mode as vLLM-Ascend's MLA decode calls it today (v2 since its PR 7222): the v1 call under
+v2's names, without ``antiquant_mode``/``antiquant_scale``, query, key and value by position, and
+``return_softmax_lse`` for lse (v2's MLA mode returns it: ``[B, N, 1, 1]`` in BNSD_NBSD, ``[T, N, 1]`` in TND_NTD).
 
 **Windows.**  CANN's band (``sparse_mode=4``, aligned at the bottom-right corner as ``sparse_mode=3`` is) keeps,
 for a query token at position ``p``, keys ``p - pre_tokens .. p + next_tokens``.  pa-kit's ``window_left = W``
@@ -165,10 +168,10 @@ def _mla_paged(case: BenchCase, cache: torch.Tensor) -> torch.Tensor:
     return cache.view(cache.shape[0], 1, case.shape.block_size, cache.shape[-1])
 
 
-def fia_mla_arguments(case: BenchCase, scale_keyword: str = "scale") -> dict[str, Any]:
+def fia_mla_arguments(case: BenchCase, scale_keyword: str = "scale", peer: str = "fia") -> dict[str, Any]:
     """Keyword arguments of ``npu_fused_infer_attention_score`` in its MLA mode, as vLLM-Ascend's MLA decode passes
     them (module docstring): ``BNSD_NBSD`` for one query token per sequence, ``TND_NTD`` for several."""
-    require("fia", case.shape)
+    require(peer, case.shape)
     s = case.shape
     assert case.query_rope is not None and case.kv_rope_cache is not None, "an MLA case has both rope parts"
     latent = _mla_paged(case, case.key_cache)
@@ -199,6 +202,36 @@ def fia_mla_result(case: BenchCase, result: tuple[torch.Tensor, torch.Tensor]) -
     return out.transpose(0, 1).unflatten(0, (s.batch, s.q_len))
 
 
+#: v1's name -> v2's, for the arguments both take (torch_npu's v2 page; vLLM-Ascend's v1 -> v2 change).
+V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "actual_seq_lengths": "actual_seq_qlen",
+            "actual_seq_lengths_kv": "actual_seq_kvlen", "softmax_lse_flag": "return_softmax_lse"}
+#: v1 arguments v2 does not take (v2 passes antiquant_mode 0 itself).
+V1_ONLY = ("antiquant_mode", "antiquant_scale")
+
+
+def fia_v2_mla_arguments(case: BenchCase) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]:
+    """``npu_fused_infer_attention_score_v2``'s MLA call as vLLM-Ascend's MLA decode makes it: (query, key, value)
+    by position, the rest :func:`fia_mla_arguments` under v2's names, ``return_softmax_lse`` when the shape returns
+    lse."""
+    require("fia-v2", case.shape)
+    v1 = fia_mla_arguments(case, "scale", peer="fia-v2")
+    positional = (v1.pop("query"), v1.pop("key"), v1.pop("value"))
+    args = {V2_NAMES.get(name, name): value for name, value in v1.items() if name not in V1_ONLY}
+    if case.shape.lse:
+        args["return_softmax_lse"] = True
+    return positional, args
+
+
+def fia_v2_mla_result(case: BenchCase, result: tuple[torch.Tensor, torch.Tensor]) -> Any:
+    """v2's MLA output as :func:`fia_mla_result`, with its lse ``[B, N, 1, 1]`` / ``[T, N, 1]`` as ``[B, (q_len,)
+    N]`` when the shape returns lse."""
+    out = fia_mla_result(case, result)
+    if not case.shape.lse:
+        return out
+    s, lse = case.shape, result[1]
+    return out, (lse.view(s.batch, s.num_heads) if s.q_len == 1 else lse.view(s.batch, s.q_len, s.num_heads))
+
+
 def prepare_fia_mla(case: BenchCase, torch_npu: Any) -> Launch:
     args = fia_mla_arguments(case, fia_scale_keyword())
     op = torch_npu.npu_fused_infer_attention_score
@@ -220,8 +253,11 @@ def prepare_fia(case: BenchCase, torch_npu: Any) -> Launch:
 
 
 def prepare_fia_v2(case: BenchCase, torch_npu: Any) -> Launch:
-    args = fia_v2_arguments(case)
     op = torch_npu.npu_fused_infer_attention_score_v2
+    if case.shape.is_mla:
+        positional, keywords = fia_v2_mla_arguments(case)
+        return lambda: fia_v2_mla_result(case, op(*positional, **keywords))
+    args = fia_v2_arguments(case)
     return lambda: _fia_result(case, op(**args))
 
 

@@ -29,7 +29,7 @@ next_tokens``.  So pa-kit's ``window_left = W`` is ``sparse_mode=4, pre_tokens=W
 a decode does not use (a band reaching forward, modes 1 and 2, a custom mask, several tokens without a mask)
 raise ``NotImplementedError``: the fake does not guess.
 
-FIA v1 with ``query_rope``/``key_rope`` is CANN's MLA mode: ``fake_fia_mla.py`` checks and computes it.
+FIA v1 or v2 with ``query_rope``/``key_rope`` is CANN's MLA mode: ``fake_fia_mla.py`` checks and computes it.
 
 Caveats from the pages: v2's says ``pre_tokens``/``next_tokens`` and ``sparse_mode`` have no effect when Q_S is 1
 (without rope); vLLM-Ascend relies on ``sparse_mode=4`` in TND decode for gpt-oss, and the fake applies the band
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from fake_fia_mla import V2 as MLA_V2
 from fake_fia_mla import fia_mla, is_mla_call
 
 from accuracy.reference import Features, attention_lse
@@ -88,14 +89,15 @@ def documented_fia_v2(query: Any, key: Any, value: Any, *, query_rope=None, key_
                       atten_mask=None, actual_seq_qlen=None, actual_seq_kvlen=None, block_table=None,
                       dequant_scale_query=None, dequant_scale_key=None, dequant_offset_key=None,
                       dequant_scale_value=None, dequant_offset_value=None, dequant_scale_key_rope=None,
-                      quant_scale_out=None, quant_offset_out=None, learnable_sink=None, num_query_heads=1,
+                      quant_scale_out=None, quant_offset_out=None, quant_scale_p=None, learnable_sink=None,
+                      num_query_heads=1,
                       num_key_value_heads=0, softmax_scale=1.0, pre_tokens=2147483647, next_tokens=2147483647,
                       input_layout="BSH", sparse_mode=0, block_size=0, query_quant_mode=0, key_quant_mode=0,
                       value_quant_mode=0, inner_precise=0, return_softmax_lse=False, query_dtype=None,
                       key_dtype=None, value_dtype=None, query_rope_dtype=None, key_rope_dtype=None,
                       key_shared_prefix_dtype=None, value_shared_prefix_dtype=None, dequant_scale_query_dtype=None,
                       dequant_scale_key_dtype=None, dequant_scale_value_dtype=None,
-                      dequant_scale_key_rope_dtype=None) -> Any:
+                      dequant_scale_key_rope_dtype=None, out_dtype=None) -> Any:
     """torch_npu.npu_fused_infer_attention_score_v2 as its page documents it (with ``learnable_sink``)."""
 
 
@@ -257,7 +259,7 @@ def fake_torch_npu(calls: Calls) -> types.SimpleNamespace:
         inspect.signature(documented_fia_v2).bind(*args, **kwargs)
         calls.append(("fia-v2", args, kwargs))
         if is_mla_call(kwargs):
-            raise NotImplementedError("the fake models CANN's MLA mode through FIA v1 only")
+            return fia_mla(dict(zip(("query", "key", "value"), args, strict=False)) | kwargs, MLA_V2)
         check_learnable_sink(kwargs)
         if kwargs.get("input_layout") != "TND":
             raise NotImplementedError("the fake models FIA v2's TND layout only")

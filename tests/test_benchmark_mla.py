@@ -16,14 +16,21 @@ from typing import Any
 
 import pytest
 import torch
-from fake_fia_mla import check_fia_mla
+from fake_fia_mla import V2, check_fia_mla
 from fake_torch_npu import fake_torch_npu
 
 from accuracy.reference import compare
 from benchmark import report
 from benchmark.applicability import NotApplicableError
 from benchmark.baselines import golden, lse_error, prepare_baseline, split_result
-from benchmark.npu_peers import fia_mla_arguments, fia_mla_result, prepare_fia, prepare_fia_v2, prepare_ifa
+from benchmark.npu_peers import (
+    fia_mla_arguments,
+    fia_mla_result,
+    fia_v2_mla_arguments,
+    prepare_fia,
+    prepare_fia_v2,
+    prepare_ifa,
+)
 from benchmark.plot import shape_label
 from benchmark.roofline import A2, COMPUTE_BOUND, MEMORY_BOUND, roofline
 from benchmark.suite import SuiteOptions, make_runner
@@ -181,21 +188,99 @@ def test_fake_fia_mla_does_not_guess_what_it_does_not_model() -> None:
         with pytest.raises(NotImplementedError):
             check_fia_mla(kw)
             pytest.fail(f"{what}: modelled")
-    with pytest.raises(NotImplementedError):  # v2's MLA call is another operator's
-        fake_torch_npu([]).npu_fused_infer_attention_score_v2(two["query"], two["key"], two["value"],
-                                                               query_rope=two["query_rope"], key_rope=two["key_rope"])
+
+
+# ---- FIA v2's MLA mode, as vLLM-Ascend's MLA decode calls it today ------------------------------------------
+
+
+def _fia_v2(positional: tuple[torch.Tensor, ...], kw: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return fake_torch_npu([]).npu_fused_infer_attention_score_v2(*positional, **kw)
+
+
+@pytest.mark.parametrize(("heads", "q_len", "lens", "dtype", "lse"), [
+    (16, 1, (300, 129, 5), "bf16", False), (128, 1, (300, 0, 17), "fp16", False), (32, 2, (300, 129, 5), "bf16", True),
+    (64, 1, (64, 2, 513), "fp16", True),
+])
+def test_fake_fia_v2_mla_as_vllm_ascend_calls_it_passes_the_golden(heads: int, q_len: int, lens: tuple[int, ...],
+                                                                    dtype: str, lse: bool) -> None:
+    case = _case(heads, q_len, lens, dtype, lse=lse)
+    calls: Calls = []
+    result = prepare_fia_v2(case, fake_torch_npu(calls))()
+    (name, args, kw), = calls
+    assert name == "fia-v2" and len(args) == 3 and args[1] is args[2]  # query, key, value by position; V is K
+    assert args[1].data_ptr() == case.key_cache.data_ptr() and kw["num_key_value_heads"] == 1
+    assert kw["num_query_heads"] == heads and kw["softmax_scale"] == case.scale and kw["actual_seq_kvlen"] == list(lens)
+    assert not {"num_heads", "scale", "antiquant_mode", "antiquant_scale", "actual_seq_lengths_kv"} & set(kw)
+    assert kw["input_layout"] == ("BNSD_NBSD" if q_len == 1 else "TND_NTD")
+    assert kw.get("return_softmax_lse", False) == lse
+    out, got_lse = split_result(result)
+    assert tuple(out.shape) == tuple(case.query.shape) and _passes(out, case)
+    assert (got_lse is not None) == lse and (got_lse is None or lse_error(got_lse, golden(case))[1])
+
+
+def test_fake_fia_v2_mla_lse_is_laid_out_as_the_source_says() -> None:
+    """fp32 ``[B, N, S, 1]`` for BNSD_NBSD, ``[T, N, 1]`` for TND_NTD, ``[0]`` when not asked for; a wrong lse (of
+    another row) fails the golden."""
+    for q_len, shape in ((1, (3, 16, 1, 1)), (2, (6, 16, 1))):
+        case = _case(16, q_len, lse=True)
+        positional, kw = fia_v2_mla_arguments(case)
+        _, lse = _fia_v2(positional, kw)
+        assert lse.dtype == torch.float32 and tuple(lse.shape) == shape
+        assert tuple(_fia_v2(positional, {**kw, "return_softmax_lse": False})[1].shape) == (0,)
+        exact = lse.view(case.query.shape[:-1])
+        assert lse_error(exact, golden(case))[1] and not lse_error(exact.roll(1, dims=-1), golden(case))[1]
+
+
+def test_fake_fia_v2_mla_refuses_what_cann_documents_it_refuses() -> None:
+    """v2's names, its own refusals (sinks, post-quantisation, pse), and v1's names refused by the signature."""
+    case = _case(16)
+    positional, kw = fia_v2_mla_arguments(case)
+    b, n = case.shape.batch, case.shape.num_heads
+    zeros = {"dtype": torch.bfloat16}
+    _fia_v2(positional, kw)  # positive control
+    refused = {
+        "query_rope alone": ({"key_rope": None}, "together"),
+        "fp32 query_rope": ({"query_rope": kw["query_rope"].float()}, "dtype"),
+        "learnable_sink": ({"learnable_sink": torch.zeros(n, **zeros)}, "sinks"),
+        "pse": ({"pse_shift": torch.zeros(1)}, "pse"),
+        "post-quantisation": ({"quant_scale_out": torch.ones(1)}, "post-quantisation"),
+        "sparse_mode 1": ({"sparse_mode": 1}, "sparse_mode must be one of"),
+        "two KV heads": ({"num_key_value_heads": 2}, "num_key_value_heads"),
+        "24 heads": ({"query_rope": torch.zeros(b, 24, 1, 64, **zeros), "num_query_heads": 24},
+                     "num_query_heads must be one of"),
+        "lengths as a tensor": ({"actual_seq_kvlen": torch.tensor(case.shape.context_lens)}, "list"),
+        "a KV length short": ({"actual_seq_kvlen": list(case.shape.context_lens)[:-1]}, "one length per"),
+        "v1's num_heads": ({"num_heads": n}, "unexpected keyword"),
+        "v1's antiquant_mode": ({"antiquant_mode": 0}, "unexpected keyword"),
+        "v1's softmax_lse_flag": ({"softmax_lse_flag": True}, "unexpected keyword"),
+    }
+    for what, (change, words) in refused.items():
+        query = torch.zeros(b, 24, 1, 512, **zeros) if what == "24 heads" else positional[0]
+        with pytest.raises((ValueError, TypeError), match=words):
+            _fia_v2((query, *positional[1:]), {**kw, **change})
+            pytest.fail(f"{what}: accepted")
+    with pytest.raises(ValueError, match="FIA v2 MLA: sparse_mode"):
+        check_fia_mla({"query": positional[0], "key": positional[1], "value": positional[2], **kw,
+                       "sparse_mode": 2}, V2)
+    two = _case(16, q_len=2)
+    p2, kw2 = fia_v2_mla_arguments(two)
+    for what, change in {"tree mask (sparse 9)": {"sparse_mode": 9}, "full quantisation": {"query_quant_mode": 3},
+                         "lse of a sequence without keys": {"return_softmax_lse": True,
+                                                            "actual_seq_kvlen": [300, 0, 5]}}.items():
+        with pytest.raises(NotImplementedError):
+            _fia_v2(p2 if what != "lse of a sequence without keys" else positional,
+                    {**(kw2 if what != "lse of a sequence without keys" else kw), **change})
+            pytest.fail(f"{what}: modelled")
 
 
 # ---- applicability and the other peers ---------------------------------------------------------------------
 
 
-def test_ifa_and_fia_v2_rows_say_why_they_do_not_compute_mla() -> None:
+def test_ifa_and_fia_v1_lse_rows_say_why_they_do_not_compute_mla() -> None:
     case = _case(16)
     calls: Calls = []
     with pytest.raises(NotApplicableError, match=r"ifa does not compute mla .*no query_rope/key_rope"):
         prepare_ifa(case, fake_torch_npu(calls))
-    with pytest.raises(NotApplicableError, match="fia-v2 does not compute mla"):
-        prepare_fia_v2(case, fake_torch_npu(calls))
     with pytest.raises(NotApplicableError, match=r"fia does not compute mla with lse .*softmax_lse"):
         prepare_fia(_case(16, lse=True), fake_torch_npu(calls))
     assert not calls
