@@ -48,6 +48,8 @@ HOST_FLUSH_MAX_BYTES = 256 * MIB
 #: Read-bandwidth probe on the mock: buffer, threads (0 = every CPU) and passes (best is kept).
 BANDWIDTH_PROBE_BYTES = 512 * MIB
 BANDWIDTH_PROBE_REPS = 5
+#: Passes of the FMA-peak probe (best is kept; each about 10 ms).
+FMA_PROBE_REPS = 5
 #: Share of the host's CPU time used by other processes above which host timings are flagged unreliable.
 BUSY_OTHER_SHARE = 0.10
 
@@ -63,6 +65,21 @@ class DeviceInfo:
     peak_source: str
     cache_bytes: int
     cpu_count: int
+    #: The mock: this host's fp32 multiply-add GFLOP/s (every CPU), the roof of shapes compute-bound on it.
+    fma_peak_gflops: float | None = None
+    fma_peak_source: str = ""
+
+    @property
+    def ridge_flop_per_byte(self) -> float | None:
+        """FLOPs per byte at which the FMA roof meets the read roof (None without both)."""
+        if not self.fma_peak_gflops or not self.peak_gb_per_s:
+            return None
+        return self.fma_peak_gflops / self.peak_gb_per_s
+
+    def compute_bound(self, flops: int, total_bytes: int) -> bool:
+        """True when a launch of this FLOP/byte is bound by the FMA roof rather than the read roof here."""
+        ridge = self.ridge_flop_per_byte
+        return ridge is not None and total_bytes > 0 and flops / total_bytes > ridge
 
     @property
     def flush_bytes(self) -> int:
@@ -119,6 +136,14 @@ def measure_read_bandwidth_gbs(nbytes: int = BANDWIDTH_PROBE_BYTES, threads: int
     return float(library.handle.pa_mock_read_bandwidth_gbs(nbytes, threads, reps))
 
 
+def measure_fma_peak_gflops(threads: int = 0, reps: int = FMA_PROBE_REPS) -> float:
+    """The mock library's fp32 multiply-add loop on the widest vector unit: GFLOP/s of ``threads`` threads."""
+    from launcher.library import library_path, load_library
+
+    library = load_library(library_path("mock"))
+    return float(library.handle.pa_mock_fma_peak_gflops(threads, reps))
+
+
 def library_abi_version(backend: str) -> int | None:
     """``pa_abi_version()`` of the backend's kernel library; None for an external ATB-ABI kernel or none built."""
     from launcher.library import library_path, load_library
@@ -151,8 +176,10 @@ def describe_device(backend: str, *, peak_gb_per_s: float | None = None,
             probe_mib = bandwidth_probe_bytes / MIB
             peak = measure_read_bandwidth_gbs(bandwidth_probe_bytes)
             source = f"measured: C read loop, {cpus} threads, {probe_mib:.0f} MiB, best of {BANDWIDTH_PROBE_REPS}"
+        fma = measure_fma_peak_gflops()
         return DeviceInfo(f"mock:{model}:{cpus}cpu", backend, f"mock NPU on {model}", peak, source,
-                          host_cache_bytes(), cpus)
+                          host_cache_bytes(), cpus, fma, f"measured: fp32 FMA loop, {cpus} threads, widest vector "
+                                                         f"unit, best of {FMA_PROBE_REPS}")
     if backend == "sim":
         return DeviceInfo(f"sim:{model}:{cpus}cpu", backend, f"pto-isa CPU simulation on {model}",
                           peak_gb_per_s, "none: simulated time is not device time", host_cache_bytes(), cpus)

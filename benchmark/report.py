@@ -86,6 +86,12 @@ class BenchRecord:
     roofline: dict[str, Any] | None = None
     #: ``memory-bound`` or ``compute-bound``: the shape's ideal FLOP/byte against A2's ridge point.
     bound: str = ""
+    #: What ``percent_of_peak`` is against: ``read`` (bytes/s over the read peak) or, on the mock for a shape
+    #: compute-bound on the host (FLOP/byte above the host's ridge), ``FMA`` (FLOP/s over the fp32 FMA peak).
+    peak_kind: str = "read"
+    #: pa-kit's row: the fastest other timed implementation of the shape, and its time / pa-kit's.
+    best_peer: str = ""
+    best_peer_speedup: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -185,7 +191,9 @@ COLUMNS = ("shape", "impl", "ms", "p20 ms", "p80 ms", "TB/s", "KV GB/s", "% peak
 LEGEND = (
     "ms: the timing statistic above (median unless --stat mean); p20/p80: spread of per-launch times. "
     "TB/s: all bytes of the model / time, decimal. KV GB/s: K+V bytes only. % peak: TB/s against the peak "
-    "above. pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster). max err: max |out - "
+    "above, or, marked FMA, FLOP/s against the host's FMA peak for a shape compute-bound on the host (mock: FLOP/"
+    "byte above the host's ridge). pa-kit x: this implementation's time / pa-kit's (> 1: pa-kit is faster); on "
+    "pa-kit's row, the fastest other implementation's time / pa-kit's, and its name. max err: max |out - "
     "float64 golden| (and lse err for shapes returning lse); an implementation outside the tolerance is reported, "
     "not timed; n/a: the implementation does not compute the shape's decode features (the note says which). "
     "Shape ids end in the features: qN query tokens per sequence, wW window_left, sinks, lse; d512r64 is absorbed "
@@ -199,6 +207,17 @@ LEGEND = (
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _percent(r: BenchRecord) -> str:
+    cell = _fmt(r.percent_of_peak, ".1f")
+    return f"{cell} FMA" if r.percent_of_peak is not None and r.peak_kind == "FMA" else cell
+
+
+def _speedup(r: BenchRecord) -> str:
+    if r.best_peer_speedup is not None:
+        return f"{r.best_peer_speedup:.2f} vs {r.best_peer}"
+    return _fmt(r.pa_kit_speedup, ".2f")
 
 
 def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[list[str]]:
@@ -216,8 +235,8 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
             note = f"{r.status}; {note}" if note else r.status
         rows.append([
             r.shape_id, r.implementation, _fmt(r.time_ms, ".4g"), _fmt(r.p20_ms, ".4g"), _fmt(r.p80_ms, ".4g"),
-            _fmt(r.tb_per_s, ".4g"), _fmt(r.kv_gb_per_s, ".1f"), _fmt(r.percent_of_peak, ".1f"),
-            _fmt(r.pa_kit_speedup, ".2f"), _fmt(r.max_abs_error, ".1e"), note,
+            _fmt(r.tb_per_s, ".4g"), _fmt(r.kv_gb_per_s, ".1f"), _percent(r), _speedup(r),
+            _fmt(r.max_abs_error, ".1e"), note,
         ])
     return rows
 
@@ -229,6 +248,11 @@ def render_table(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:
 def render_header(report: BenchReport) -> str:
     dev, ver, lo = report.device, report.versions, report.launch_overhead
     peak = f"{dev.peak_gb_per_s:.1f} GB/s" if dev.peak_gb_per_s is not None else "unknown"
+    if dev.fma_peak_gflops:
+        peak += (f" ({dev.peak_source}); fp32 FMA {dev.fma_peak_gflops:.0f} GFLOP/s ({dev.fma_peak_source}); host "
+                 f"ridge {dev.ridge_flop_per_byte:.1f} FLOP/B")
+    else:
+        peak += f" ({dev.peak_source})"
     software = ", ".join(f"{k} {v}" for k, v in ver.items() if k not in {"pa_kit", "abi_python", "abi_library"}
                          and v is not None)
     runner_us = _fmt(lo.runner_noop_us, ".2f")
@@ -241,7 +265,7 @@ def render_header(report: BenchReport) -> str:
         "pa-kit paged-attention decode benchmark",
         f"device:   {dev.name} [kind {dev.kind}], backend {dev.backend}, {dev.cpu_count} host CPUs, "
         f"{dev.cache_bytes / (1 << 20):.0f} MiB {'L2' if dev.backend == 'npu' else 'largest host cache'}",
-        f"peak:     {peak} ({dev.peak_source})",
+        f"peak:     {peak}",
         f"pa-kit:   {ver.get('pa_kit')}, kernel ABI {ver.get('abi_python')} (library reports "
         f"{ver.get('abi_library')})",
         f"software: {software}",

@@ -293,12 +293,15 @@ class Suite:
             record = replace(record, host_launch_us=launch_us, host_update_us=update_us)
         stats = self.timer.measure(launch)
         tb_s = bytes_model.tb_per_s(traffic.total_bytes, stats.center_ms)
+        tflop_s = bytes_model.tflop_per_s(traffic.flops, stats.center_ms)
+        if self.device.compute_bound(traffic.flops, traffic.total_bytes):
+            percent, kind = bytes_model.percent_of_peak(tflop_s * 1e3, self.device.fma_peak_gflops), "FMA"
+        else:
+            percent, kind = bytes_model.percent_of_peak(tb_s * 1e3, self.device.peak_gb_per_s), "read"
         record = replace(
             record, statistic=stats.statistic, time_ms=stats.center_ms, p20_ms=stats.p20_ms, p80_ms=stats.p80_ms,
             samples=stats.samples, tb_per_s=tb_s, kv_gb_per_s=bytes_model.gb_per_s(traffic.kv_bytes, stats.center_ms),
-            tflop_per_s=bytes_model.tflop_per_s(traffic.flops, stats.center_ms),
-            percent_of_peak=bytes_model.percent_of_peak(tb_s * 1e3, self.device.peak_gb_per_s),
-            device_figures=figures,
+            tflop_per_s=tflop_s, percent_of_peak=percent, peak_kind=kind, device_figures=figures,
         )
         self.log(f"  {shape.shape_id:<44} {name:<14} {stats.center_ms:9.4g} ms  {record.kv_gb_per_s:8.2f} KV GB/s"
                  f"  ({stats.samples} launches)")
@@ -331,9 +334,13 @@ class Suite:
 
 
 def with_speedups(records: list[BenchRecord]) -> list[BenchRecord]:
-    """Fill ``pa_kit_speedup`` = this implementation's time / pa-kit's, for every timed record but pa-kit's."""
+    """Fill ``pa_kit_speedup`` = this implementation's time / pa-kit's, for every timed record but pa-kit's, and
+    on pa-kit's record the fastest of them (``best_peer``, ``best_peer_speedup``)."""
     pa = next((r for r in records if r.implementation == PA_KIT and r.ok), None)
     if pa is None or pa.time_ms is None:
         return records
-    return [replace(r, pa_kit_speedup=r.time_ms / pa.time_ms) if r.ok and r.implementation != PA_KIT
-            and r.time_ms is not None else r for r in records]
+    peers = [r for r in records if r.ok and r.implementation != PA_KIT and r.time_ms is not None]
+    best = min(peers, key=lambda r: r.time_ms or 0.0, default=None)
+    return [replace(r, pa_kit_speedup=r.time_ms / pa.time_ms) if r in peers
+            else replace(r, best_peer=best.implementation, best_peer_speedup=(best.time_ms or 0.0) / pa.time_ms)
+            if r is pa and best is not None else r for r in records]

@@ -2,7 +2,7 @@
 
 The mock device and the simulation export, besides ``call_kernel``: ``pa_mock_bind`` (per-thread binding of
 buffer extents, num_blocks, checked mode, thread count and SIMD path), ``pa_mock_last_error`` (per-thread error
-record), ``pa_mock_read_bandwidth_gbs``, ``pa_mock_struct_layout`` and ``pa_abi_kv_splits``.  :func:`declare`
+record), ``pa_mock_read_bandwidth_gbs``, ``pa_mock_fma_peak_gflops``, ``pa_mock_struct_layout`` and ``pa_abi_kv_splits``.  :func:`declare`
 sets ``argtypes`` and ``restype`` once on a loaded library; :func:`layout_mismatches` compares these
 ``Structure`` classes with the C layout the library reports (the launcher refuses a library that disagrees).
 No other module defines these structs.
@@ -68,6 +68,7 @@ def declare(handle: ctypes.CDLL) -> None:
         "pa_mock_bind": ([ctypes.POINTER(MockConfig)], ctypes.c_int32),
         "pa_mock_last_error": ([ctypes.POINTER(MockError)], ctypes.c_int32),
         "pa_mock_read_bandwidth_gbs": ([ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32], ctypes.c_double),
+        "pa_mock_fma_peak_gflops": ([ctypes.c_int32, ctypes.c_int32], ctypes.c_double),
         "pa_mock_struct_layout": ([ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int32),
         "pa_mock_isa_available": ([ctypes.c_int32], ctypes.c_int32),
         "pa_mock_best_isa": ([], ctypes.c_int32),

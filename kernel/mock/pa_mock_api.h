@@ -71,6 +71,8 @@ int32_t pa_mock_last_error(pa_mock_error *out);        /* copies the calling thr
 /* Read bandwidth of this host in GB/s (1e9 bytes/s): `threads` threads (0 = CPUs) sum a `bytes` buffer,
  * best of `reps` passes after one warm pass.  The benchmark's physical limit on the mock. */
 double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps);
+/* fp32 multiply-add GFLOP/s of `threads` threads (0 = every CPU) on the widest vector unit, best of `reps`. */
+double pa_mock_fma_peak_gflops(int32_t threads, int32_t reps);
 /* Writes min(n, PA_MOCK_LAYOUT_WORDS) words to out; returns PA_MOCK_LAYOUT_WORDS. */
 int32_t pa_mock_struct_layout(int64_t *out, int32_t n);
 /* 1 if the CPU (and this build) can run PA_MOCK_ISA_* `isa`, else 0; AUTO resolves to the best one. */
