@@ -21,12 +21,19 @@ LAYOUT_WORDS = 16
 
 
 class Isa(IntEnum):
-    """SIMD paths of the mock (header ``PA_MOCK_ISA_*``); all give bitwise-identical results."""
+    """SIMD paths of the mock (header ``PA_MOCK_ISA_*``).  The exact ones (:data:`EXACT_ISAS`) give
+    bitwise-identical results; the native ones sum with the CPU's own dot products, as accurately, in another
+    order."""
 
     AUTO = 0
     PORTABLE = 1
     AVX2 = 2
     AVX512 = 3
+    AVX512BF16 = 4
+
+
+#: The paths that compute the same bits (portable order, fused multiply-adds).
+EXACT_ISAS = (Isa.PORTABLE, Isa.AVX2, Isa.AVX512)
 
 
 class MockConfig(ctypes.Structure):

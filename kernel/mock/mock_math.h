@@ -1,7 +1,8 @@
 /*
- * The mock's arithmetic, one table of functions per SIMD path (portable, AVX2+FMA+F16C, AVX-512).
+ * The mock's arithmetic, one table of functions per SIMD path (portable, AVX2+FMA+F16C, AVX-512, and the
+ * native AVX512-BF16 path, whose own Q.K and P.V are described in mock_math_avx512bf16.c).
  *
- * Every path computes the same values bit for bit:
+ * Every exact path computes the same values bit for bit:
  *  - dot products (Q.K) use 16 lanes: lane l accumulates elements d = l, l+16, ... in ascending order, then
  *    the lanes are reduced by the fixed tree (l + l+8), (l + l+4), (l + l+2), (l + l+1);
  *  - products of two fp16/bf16 values are exact in fp32, so a fused multiply-add equals multiply-then-add
@@ -58,6 +59,7 @@ extern const pa_math_ops pa_math_portable;
 #if defined(__x86_64__) || defined(__i386__)
 extern const pa_math_ops pa_math_avx2;
 extern const pa_math_ops pa_math_avx512;
+extern const pa_math_ops pa_math_avx512bf16;
 #endif
 
 /* The table for PA_MOCK_ISA_* `isa` (AUTO = best), or NULL if this CPU cannot run it. */

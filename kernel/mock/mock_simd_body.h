@@ -7,7 +7,8 @@
  * v_reduce_add_block (PA_QK_BLOCK vectors, each by the fixed tree), PA_QK_BLOCK and PA_QK_WIDE_ROWS (Q.K
  * accumulators = tokens x rows, and the widest row count),
  * PA_PV_ROWS x PA_PV_CHUNKS (P.V accumulator block) and PA_SIMD_ALIGN.
- * It defines the pa_math_ops table PA_SIMD_TABLE named PA_SIMD_NAME.  Heads whose dimension is not a
+ * It defines the pa_math_ops table PA_SIMD_TABLE named PA_SIMD_NAME (Q.K and P.V: PA_SIMD_QK_ENTRY and
+ * PA_SIMD_PV_ENTRY when the path defines them, else the ones below).  Heads whose dimension is not a
  * multiple of PA_LANES take the portable path, which computes the same values.
  */
 #ifndef PA_SIMD_TABLE
@@ -249,12 +250,20 @@ static void simd_store_row(const float *go, float gl, int32_t d, uint16_t *out, 
     }
 }
 
+/* A path may replace Q.K and P.V with its own (mock_math_avx512bf16.c), keeping these as its fallbacks. */
+#ifndef PA_SIMD_QK_ENTRY
+#define PA_SIMD_QK_ENTRY simd_qk
+#endif
+#ifndef PA_SIMD_PV_ENTRY
+#define PA_SIMD_PV_ENTRY simd_pv
+#endif
+
 const pa_math_ops PA_SIMD_TABLE = {
     .name = PA_SIMD_NAME,
     .widen = simd_widen,
-    .qk = simd_qk,
+    .qk = PA_SIMD_QK_ENTRY,
     .softmax_row = simd_softmax_row,
-    .pv = simd_pv,
+    .pv = PA_SIMD_PV_ENTRY,
     .rescale = simd_rescale,
     .store_row = simd_store_row,
 };

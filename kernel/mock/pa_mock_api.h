@@ -28,13 +28,17 @@
 #include <stdint.h>
 #include "../pa_kernel_abi.h"
 
-/* SIMD paths of the mock's arithmetic.  Every path gives bitwise-identical results (same operation order,
- * fused multiply-adds everywhere), so tests can compare them; AUTO picks the widest the CPU supports. */
+/* SIMD paths of the mock's arithmetic.  The exact paths (portable, AVX2, AVX-512) give bitwise-identical results
+ * (same operation order, fused multiply-adds everywhere), so tests can compare them.  The native paths use the
+ * CPU's own dot products (AVX512-BF16 for bf16 launches) and sum in the hardware's order: as accurate, not the
+ * same bits.  AUTO picks the fastest exact path the CPU supports (on the hosts measured, the native path is slower:
+ * kernel/mock/PERFORMANCE.md step 22); the native path is chosen by name. */
 #define PA_MOCK_ISA_AUTO 0
 #define PA_MOCK_ISA_PORTABLE 1
-#define PA_MOCK_ISA_AVX2 2    /* AVX2 + FMA + F16C                                                     */
-#define PA_MOCK_ISA_AVX512 3  /* AVX-512 F + BW + VL                                                    */
-#define PA_MOCK_NUM_ISAS 4
+#define PA_MOCK_ISA_AVX2 2       /* AVX2 + FMA + F16C                                                  */
+#define PA_MOCK_ISA_AVX512 3     /* AVX-512 F + BW + VL                                                 */
+#define PA_MOCK_ISA_AVX512BF16 4 /* native: AVX-512 + AVX512-BF16 dot products for bf16 Q.K and P.V     */
+#define PA_MOCK_NUM_ISAS 5
 
 typedef struct pa_mock_config {
     uint64_t extent_bytes[PA_NUM_PTR_ARGS]; /* bytes behind each pointer slot; 0 for a NULL slot         */

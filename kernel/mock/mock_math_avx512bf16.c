@@ -1,0 +1,187 @@
+/*
+ * The native BF16 path of the mock's arithmetic (AVX512-BF16): Q.K and P.V of bf16 launches as VDPBF16PS dot
+ * products of bf16 pairs into fp32 lanes, with no widening of K and V.  Everything else, and every fp16 launch
+ * (this CPU family has no fp16 dot product into fp32: F16C's widening feeding fp32 FMAs is fp16's native path),
+ * is the AVX-512 path's code.
+ *
+ * Not bit-identical with the exact paths: each lane adds its products in pairs (token or dimension 2i, 2i+1),
+ * and VDPBF16PS treats bf16 subnormal inputs as zero.  Products of two bf16 values are exact in fp32, so the
+ * result is as accurate as the exact paths' (fp32 sums of exact products, in another order): it is tested
+ * against the float64 golden, not against their bits.
+ */
+#include "mock_math.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")
+#include "mock_avx512_prims.h"
+
+static void bf16_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
+                    float *s, int32_t s_stride, int bf16, const uint16_t *const *pf);
+static void bf16_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
+                    int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+                    const uint16_t *const *vpf);
+
+#define PA_SIMD_QK_ENTRY bf16_qk
+#define PA_SIMD_PV_ENTRY bf16_pv
+#define PA_SIMD_TABLE pa_math_avx512bf16
+#define PA_SIMD_NAME "avx512bf16"
+#include "mock_simd_body.h"
+
+#define PA_BF16_STEP 32    /* bf16 values of one zmm: 16 pairs                                                    */
+#define PA_NQ_ROWS 4       /* Q.K rows per block (PA_QK_BLOCK / rows tokens)                                     */
+#define PA_NP_ROWS 4       /* P.V rows per block                                                                 */
+#define PA_NP_TOKENS 64    /* P.V tokens whose P pairs are packed at once                                        */
+#define PA_MAX_D PA_MLA_LATENT_DIM /* the widest q row of any launch                                   */
+
+/* fp32 values that are bf16 values (widened from bf16) back to their bf16 bits: exact. */
+static void to_bf16(const float *src, int32_t n, uint16_t *dst) {
+    int32_t i = 0;
+    for (; i + PA_LANES <= n; i += PA_LANES) {
+        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    }
+    for (; i < n; ++i) {
+        uint32_t bits;
+        __builtin_memcpy(&bits, src + i, sizeof bits);
+        dst[i] = (uint16_t)(bits >> PA_BF16_SHIFT);
+    }
+}
+
+/* TB tokens x HB rows of S (TB * HB = PA_QK_BLOCK accumulators over d in steps of 32), reduced by the fixed tree. */
+static inline __attribute__((always_inline)) void bf16_qk_block(const uint16_t *qb, int32_t d, const uint16_t *k,
+                                                                int64_t k_stride, float *s, int32_t s_stride,
+                                                                const int tb, const int hb, int nt,
+                                                                const uint16_t *const *pf) {
+    if (pf) {
+        for (int t = 0; t < tb && t < nt; ++t) {
+            pa_prefetch_row(pf[t], d);
+        }
+    }
+    __m512 acc[PA_QK_BLOCK];
+    float sums[PA_QK_BLOCK] __attribute__((aligned(PA_SIMD_ALIGN)));
+    for (int i = 0; i < PA_QK_BLOCK; ++i) {
+        acc[i] = _mm512_setzero_ps();
+    }
+    for (int32_t c = 0; c < d; c += PA_BF16_STEP) {
+        __m512bh qc[PA_NQ_ROWS];
+        for (int h = 0; h < hb; ++h) {
+            qc[h] = (__m512bh)_mm512_loadu_si512((const void *)(qb + (int64_t)h * d + c));
+        }
+        for (int t = 0; t < tb && t < nt; ++t) {
+            __m512bh kc = (__m512bh)_mm512_loadu_si512((const void *)(k + (int64_t)t * k_stride + c));
+            for (int h = 0; h < hb; ++h) {
+                acc[t * hb + h] = _mm512_dpbf16_ps(acc[t * hb + h], kc, qc[h]);
+            }
+        }
+    }
+    v_reduce_add_block(acc, sums);
+    for (int t = 0; t < tb && t < nt; ++t) {
+        for (int h = 0; h < hb; ++h) {
+            s[(int64_t)h * s_stride + t] = sums[t * hb + h];
+        }
+    }
+}
+
+static void bf16_qk_rows(const uint16_t *qb, int hb, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
+                         float *s, int32_t s_stride, const uint16_t *const *pf) {
+    const int tb = PA_QK_BLOCK / hb;
+    for (int32_t j = 0; j < ntok; j += tb) {
+        const uint16_t *const *at = pf ? pf + j : 0;
+        if (hb == PA_NQ_ROWS) {
+            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK / PA_NQ_ROWS,
+                          PA_NQ_ROWS, ntok - j, at);
+        } else if (hb == 2) {
+            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK / 2, 2, ntok - j,
+                          at);
+        } else {
+            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK, 1, ntok - j, at);
+        }
+    }
+}
+
+static void bf16_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
+                    float *s, int32_t s_stride, int bf16, const uint16_t *const *pf) {
+    if (!bf16 || d % PA_BF16_STEP != 0 || d > PA_MAX_D) {
+        simd_qk(q, rows, d, k, k_stride, ntok, s, s_stride, bf16, pf);
+        return;
+    }
+    uint16_t qb[PA_NQ_ROWS * PA_MAX_D] __attribute__((aligned(PA_SIMD_ALIGN)));
+    for (int32_t r = 0; r < rows;) {
+        const int hb = rows - r >= PA_NQ_ROWS ? PA_NQ_ROWS : rows - r >= 2 ? 2 : 1;
+        to_bf16(q + (int64_t)r * d, hb * d, qb);
+        bf16_qk_rows(qb, hb, d, k, k_stride, ntok, s + (int64_t)r * s_stride, s_stride, r ? 0 : pf);
+        r += hb;
+    }
+}
+
+/* o[r][c0 .. c0 + 31] (accumulate ? += : =) sum over tokens of p[r][j] v[j][c]: token pairs (j, j + 1) as bf16
+ * pairs (V rows interleaved by unpack, P pairs broadcast).  The unpacks leave lane k of `lo` holding column
+ * 8 * (k / 4) + k % 4 and of `hi` column 8 * (k / 4) + 4 + k % 4; the store puts the columns back in order. */
+static void bf16_pv_block(const uint32_t *pp, int32_t pp_stride, int nr, const uint16_t *v, int64_t v_stride,
+                          int32_t ntok, int32_t c0, float *o, int32_t o_stride, int accumulate,
+                          const uint16_t *const *vpf, int32_t d) {
+    __m512 lo_acc[PA_NP_ROWS], hi_acc[PA_NP_ROWS];
+    for (int r = 0; r < nr; ++r) {
+        lo_acc[r] = _mm512_setzero_ps();
+        hi_acc[r] = _mm512_setzero_ps();
+    }
+    for (int32_t j = 0; j < ntok; j += 2) {
+        if (vpf) {
+            pa_prefetch_row(vpf[j], d);
+            pa_prefetch_row(j + 1 < ntok ? vpf[j + 1] : 0, d);
+        }
+        __m512i a = _mm512_loadu_si512((const void *)(v + (int64_t)j * v_stride + c0));
+        __m512i b = j + 1 < ntok ? _mm512_loadu_si512((const void *)(v + (int64_t)(j + 1) * v_stride + c0))
+                                 : _mm512_setzero_si512();
+        __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b), hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
+        for (int r = 0; r < nr; ++r) {
+            __m512bh pr = (__m512bh)_mm512_set1_epi32((int)pp[(int64_t)r * pp_stride + j / 2]);
+            lo_acc[r] = _mm512_dpbf16_ps(lo_acc[r], lo, pr);
+            hi_acc[r] = _mm512_dpbf16_ps(hi_acc[r], hi, pr);
+        }
+    }
+    const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int r = 0; r < nr; ++r) {
+        float *row = o + (int64_t)r * o_stride + c0;
+        __m512 x0 = _mm512_permutex2var_ps(lo_acc[r], first, hi_acc[r]);
+        __m512 x1 = _mm512_permutex2var_ps(lo_acc[r], second, hi_acc[r]);
+        if (accumulate) {
+            x0 = _mm512_add_ps(_mm512_loadu_ps(row), x0);
+            x1 = _mm512_add_ps(_mm512_loadu_ps(row + PA_LANES), x1);
+        }
+        _mm512_storeu_ps(row, x0);
+        _mm512_storeu_ps(row + PA_LANES, x1);
+    }
+}
+
+static void bf16_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
+                    int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+                    const uint16_t *const *vpf) {
+    if (!bf16 || d % PA_BF16_STEP != 0) {
+        simd_pv(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
+        return;
+    }
+    /* P of PA_NP_ROWS rows x PA_NP_TOKENS tokens as bf16 pairs (an odd count ends in a zero partner) */
+    uint32_t pp[PA_NP_ROWS * (PA_NP_TOKENS / 2 + 1)] __attribute__((aligned(PA_SIMD_ALIGN)));
+    const int32_t pp_stride = PA_NP_TOKENS / 2 + 1;
+    for (int32_t j0 = 0; j0 < ntok; j0 += PA_NP_TOKENS) {
+        const int32_t n = ntok - j0 < PA_NP_TOKENS ? ntok - j0 : PA_NP_TOKENS;
+        for (int32_t r0 = 0; r0 < rows; r0 += PA_NP_ROWS) {
+            const int nr = rows - r0 < PA_NP_ROWS ? rows - r0 : PA_NP_ROWS;
+            for (int r = 0; r < nr; ++r) {
+                uint16_t *dst = (uint16_t *)(pp + (int64_t)r * pp_stride);
+                to_bf16(pf + (int64_t)(r0 + r) * p_stride + j0, n, dst);
+                if (n & 1) {
+                    dst[n] = 0; /* the partner of an odd last token */
+                }
+            }
+            for (int32_t c0 = 0; c0 < d; c0 += PA_BF16_STEP) {
+                bf16_pv_block(pp, pp_stride, nr, v + (int64_t)j0 * v_stride, v_stride, n, c0,
+                              o + (int64_t)r0 * o_stride, o_stride, accumulate || j0 > 0,
+                              (r0 || c0) ? 0 : (vpf ? vpf + j0 : 0), d);
+            }
+        }
+    }
+}
+
+#endif /* __x86_64__ */

@@ -1,0 +1,130 @@
+"""The mock's native arithmetic (``Isa.AVX512BF16``: AVX512-BF16 dot products for bf16 Q.K and P.V) and its
+fallbacks: every path this CPU has passes the float64 golden on GQA and MLA launches in awkward shapes; each
+path can be forced and one the CPU lacks is refused; AUTO picks the widest exact path (the native one was measured
+slower, kernel/mock/PERFORMANCE.md step 22); and the native path really runs (its bits differ from the exact
+paths', which agree among themselves)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import mock_harness as h
+import numpy as np
+import pytest
+import torch
+
+from accuracy.reference import compare, compare_lse
+from launcher import mock_api
+from tests.test_mla_mock import build as build_mla
+from tests.test_mla_mock import golden as mla_golden
+from tests.test_mla_mock import run_mock as run_mla
+
+Isa = mock_api.Isa
+PATHS = [isa for isa in Isa if isa != Isa.AUTO]
+
+
+def cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    line = next((row for row in text.splitlines() if row.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+#: /proc/cpuinfo's names of what each path needs (the library's own test is __builtin_cpu_supports).
+NEEDS = {Isa.PORTABLE: set(), Isa.AVX2: {"avx2", "fma", "f16c"},
+         Isa.AVX512: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
+         Isa.AVX512BF16: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c", "avx512_bf16"}}
+
+
+@pytest.fixture(scope="module")
+def lib() -> ctypes.CDLL:
+    return h.load_mock()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261125)
+
+
+def test_every_path_is_available_exactly_where_the_cpu_has_it(lib: ctypes.CDLL) -> None:
+    flags = cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags to compare with")
+    for isa in PATHS:
+        assert bool(lib.pa_mock_isa_available(isa)) == NEEDS[isa].issubset(flags), isa.name
+    best = max((isa for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)), key=int)
+    assert lib.pa_mock_best_isa() == best  # AUTO: the widest exact path
+
+
+def test_a_path_the_cpu_lacks_is_refused_at_launch(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [40], num_heads=4, num_kv_heads=1, head_dim=64, block_size=16, dtype="bf16")
+    for isa in [*(isa for isa in PATHS if not lib.pa_mock_isa_available(isa)), 99]:
+        run = h.launch(lib, case, isa=int(isa))
+        assert run.code != 0 and b"not available on this CPU" in run.error.message, (isa, run.error.message)
+
+
+#: lens with an empty row, odd lengths (a last token without a partner in P.V's pairs), a page boundary
+#: mid-tile; head dims the native path takes (multiples of 32) and one it hands to the AVX-512 code (48).
+GQA_CASES = [
+    dict(lens=[0, 1, 37, 300, 129], num_heads=8, num_kv_heads=2, head_dim=128, block_size=16, strategy="auto"),
+    dict(lens=[333, 64, 5], num_heads=8, num_kv_heads=2, head_dim=64, block_size=32, strategy="split_kv"),
+    dict(lens=[77, 200], num_heads=32, num_kv_heads=8, head_dim=128, block_size=128, strategy="bn"),
+    dict(lens=[45, 3], num_heads=6, num_kv_heads=6, head_dim=256, block_size=16, strategy="auto"),
+    dict(lens=[99, 16], num_heads=4, num_kv_heads=1, head_dim=48, block_size=16, strategy="auto"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("index", range(len(GQA_CASES)))
+def test_every_path_passes_the_golden(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str, index: int) -> None:
+    case = h.make_case(rng, dtype=dtype, value_scale=2.0, **GQA_CASES[index])  # type: ignore[arg-type]
+    ref = h.golden(case)
+    for isa in PATHS:
+        if not lib.pa_mock_isa_available(isa):
+            continue
+        run = h.launch(lib, case, isa=int(isa))
+        assert run.code == 0, (isa.name, run.error.message)
+        result = compare(torch.from_numpy(h.from_bits(run.out, dtype)), ref)
+        assert result.passed, (isa.name, result.summary())
+        for b, n in enumerate(case.lens):
+            assert n or not run.out[b].any(), (isa.name, "empty sequence must give a zero row")
+
+
+@pytest.mark.parametrize(("heads", "q_len", "dtype"), [(128, 1, "bf16"), (16, 2, "bf16"), (7, 3, "fp16")])
+def test_every_path_passes_the_mla_golden(lib: ctypes.CDLL, heads: int, q_len: int, dtype: str) -> None:
+    c = build_mla(heads=heads, q_len=q_len, dtype=dtype, block_size=64, lens=[0, q_len, 301, 128], seed=heads + q_len)
+    ref = mla_golden(c)
+    for isa in PATHS:
+        if not lib.pa_mock_isa_available(isa):
+            continue
+        code, err, out, lse = run_mla(c, lib=lib, isa=int(isa))
+        assert code == 0, (isa.name, err.message)
+        assert compare(out, ref).passed, (isa.name, compare(out, ref).summary())
+        assert compare_lse(lse, ref).passed, isa.name
+
+
+def test_the_native_path_runs_and_the_exact_paths_agree(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """bf16: the native path's bits differ from the exact paths' somewhere (so it is the one computing), while the
+    exact paths agree bit for bit; fp16 launches on the native path are the AVX-512 path's, bit for bit."""
+    if not lib.pa_mock_isa_available(Isa.AVX512BF16):
+        pytest.skip("this CPU has no AVX512-BF16")
+    for dtype in ("bf16", "fp16"):
+        case = h.make_case(rng, [300, 129, 77], num_heads=8, num_kv_heads=2, head_dim=128, block_size=16,
+                           dtype=dtype)
+        native = h.launch(lib, case, isa=int(Isa.AVX512BF16))
+        exact = [h.launch(lib, case, isa=int(isa)) for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)]
+        assert all(np.array_equal(exact[0].out, e.out) for e in exact[1:])
+        assert np.array_equal(native.out, exact[0].out) == (dtype == "fp16"), dtype
+
+
+def test_the_native_path_flushes_bf16_subnormal_inputs(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """VDPBF16PS treats subnormal inputs as zero: V rows of about 1e-39 give zero rows where the exact paths give
+    subnormal ones; both are within the golden's tolerance (the difference is below 1e-38)."""
+    if not lib.pa_mock_isa_available(Isa.AVX512BF16):
+        pytest.skip("this CPU has no AVX512-BF16")
+    case = h.make_case(rng, [100, 37], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype="bf16")
+    case.v = h.to_bits(h.from_bits(case.v, "bf16") * 1e-39, "bf16")
+    native, exact = (h.launch(lib, case, isa=int(isa)).out for isa in (Isa.AVX512BF16, Isa.AVX512))
+    assert not native.any() and np.count_nonzero(exact) > exact.size // 2
+    for out in (native, exact):
+        assert compare(torch.from_numpy(h.from_bits(out, "bf16")), h.golden(case)).passed
