@@ -51,11 +51,12 @@ def _record(impl: str, ms: float | None, status: str = report.STATUS_OK) -> repo
 
 def test_pa_kit_row_names_the_fastest_timed_peer() -> None:
     rows = with_speedups([_record("pa-kit", 2.0), _record("torch-dense", 5.0), _record("sdpa", 3.0),
-                          _record("torch-paged", 1.0, status=report.STATUS_INACCURATE)])
-    pa, dense, sdpa, paged = rows
+                          _record("torch-paged", 1.0, status=report.STATUS_INACCURATE), _record("pa-kit checked", 1.9)])
+    pa, dense, sdpa, paged, checked = rows
+    assert checked.pa_kit_speedup == pytest.approx(0.95)  # pa-kit's checked mode is timed against it, not a peer
     assert (pa.best_peer, pa.best_peer_speedup) == ("sdpa", 1.5) and pa.pa_kit_speedup is None
     assert dense.pa_kit_speedup == 2.5 and sdpa.pa_kit_speedup == 1.5 and paged.pa_kit_speedup is None
-    cells = report.table_rows(rows)
+    cells = report.table_rows(rows[:4])
     assert cells[0][8] == "1.50 vs sdpa" and cells[1][8] == "2.50"
     assert with_speedups([_record("pa-kit", 2.0)])[0].best_peer == ""  # no peer timed: nothing claimed
 
