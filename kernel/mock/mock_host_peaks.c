@@ -20,25 +20,85 @@
 #define PA_SUM_STREAMS 4 /* slices of a thread's share read side by side (one stream leaves DRAM idle) */
 #define PA_FILL_BYTE 1
 
-typedef struct bw_shared {
-    const uint64_t *data;
-    uint64_t words;
-    int32_t threads, reps;
-    pthread_barrier_t barrier;
-    double best_s;
-    volatile uint64_t sink;
-} bw_shared;
-
-typedef struct bw_arg {
-    bw_shared *sh;
-    int32_t index;
-} bw_arg;
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / PA_NS_PER_S;
 }
+
+/* ---- the timing harness both probes share ---------------------------------------------------------------- */
+
+/* Pass `rep` of thread `index` of `threads` over the probe's state `ctx` (rep 0 is the warm pass: caches, clocks);
+ * returns a value that keeps the work alive. */
+typedef double (*pa_peak_pass)(void *ctx, int32_t index, int32_t threads, int32_t rep);
+
+typedef struct peak_shared {
+    pa_peak_pass pass;
+    void *ctx;
+    int32_t threads, reps;
+    pthread_barrier_t barrier;
+    double best_s;
+    volatile double sink;
+} peak_shared;
+
+typedef struct peak_arg {
+    peak_shared *sh;
+    int32_t index;
+} peak_arg;
+
+static void *peak_worker(void *arg) {
+    peak_arg *a = arg;
+    peak_shared *sh = a->sh;
+    for (int32_t rep = 0; rep <= sh->reps; ++rep) {
+        pthread_barrier_wait(&sh->barrier);
+        double t0 = now_s();
+        double kept = sh->pass(sh->ctx, a->index, sh->threads, rep);
+        pthread_barrier_wait(&sh->barrier);
+        double dt = now_s() - t0;
+        if (a->index == 0) {
+            sh->sink += kept;
+            if (rep > 0 && (sh->best_s == 0.0 || dt < sh->best_s)) {
+                sh->best_s = dt;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Seconds of the fastest of `reps` passes (after one warm pass) that `threads` threads run side by side, each
+ * pass started and ended by a barrier; 0 when it cannot run. */
+static double best_pass_s(pa_peak_pass pass, void *ctx, int32_t threads, int32_t reps) {
+    peak_shared sh;
+    memset(&sh, 0, sizeof sh);
+    sh.pass = pass;
+    sh.ctx = ctx;
+    sh.threads = threads;
+    sh.reps = reps > 0 ? reps : 1;
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    peak_arg *args = calloc((size_t)threads, sizeof *args);
+    if (!ids || !args) {
+        free(ids);
+        free(args);
+        return 0.0;
+    }
+    pthread_barrier_init(&sh.barrier, 0, (unsigned)threads);
+    for (int32_t i = 0; i < threads; ++i) {
+        args[i] = (peak_arg){&sh, i};
+    }
+    for (int32_t i = 1; i < threads; ++i) {
+        pthread_create(&ids[i], 0, peak_worker, &args[i]);
+    }
+    peak_worker(&args[0]);
+    for (int32_t i = 1; i < threads; ++i) {
+        pthread_join(ids[i], 0);
+    }
+    pthread_barrier_destroy(&sh.barrier);
+    free(ids);
+    free(args);
+    return sh.best_s;
+}
+
+/* ---- read bandwidth ---------------------------------------------------------------------------------------- */
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -106,63 +166,34 @@ static uint64_t sum_words(const uint64_t *p, uint64_t n) {
     return sum_words_portable(p, n);
 }
 
-static void *bw_worker(void *arg) {
-    bw_arg *a = arg;
-    bw_shared *sh = a->sh;
-    uint64_t per = sh->words / (uint64_t)sh->threads;
-    const uint64_t *mine = sh->data + per * (uint64_t)a->index;
-    for (int32_t rep = 0; rep <= sh->reps; ++rep) { /* rep 0 is the warm pass */
-        pthread_barrier_wait(&sh->barrier);
-        double t0 = now_s();
-        uint64_t s = sum_words(mine, per);
-        pthread_barrier_wait(&sh->barrier);
-        double dt = now_s() - t0;
-        if (a->index == 0) {
-            sh->sink += s;
-            if (rep > 0 && (sh->best_s == 0.0 || dt < sh->best_s)) {
-                sh->best_s = dt;
-            }
-        }
-    }
-    return 0;
+typedef struct bw_ctx {
+    const uint64_t *data;
+    uint64_t words;
+} bw_ctx;
+
+static double bw_pass(void *ctx, int32_t index, int32_t threads, int32_t rep) {
+    (void)rep;
+    const bw_ctx *b = ctx;
+    uint64_t per = b->words / (uint64_t)threads;
+    return (double)sum_words(b->data + per * (uint64_t)index, per);
 }
 
 PA_EXPORT double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps) {
     threads = pa_host_threads(threads);
-    reps = reps > 0 ? reps : 1;
-    bw_shared sh;
-    memset(&sh, 0, sizeof sh);
-    sh.words = bytes / sizeof(uint64_t);
-    sh.threads = threads;
-    sh.reps = reps;
-    if (sh.words < (uint64_t)threads) {
+    bw_ctx b = {0, bytes / sizeof(uint64_t)};
+    if (b.words < (uint64_t)threads) {
         return 0.0;
     }
     void *data = 0;
-    if (posix_memalign(&data, PA_CACHE_LINE, sh.words * sizeof(uint64_t)) != 0) {
+    if (posix_memalign(&data, PA_CACHE_LINE, b.words * sizeof(uint64_t)) != 0) {
         return 0.0;
     }
-    memset(data, PA_FILL_BYTE, sh.words * sizeof(uint64_t));
-    sh.data = data;
-    pthread_barrier_init(&sh.barrier, 0, (unsigned)threads);
-    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
-    bw_arg *args = calloc((size_t)threads, sizeof *args);
-    for (int32_t i = 0; i < threads; ++i) {
-        args[i] = (bw_arg){&sh, i};
-    }
-    for (int32_t i = 1; i < threads; ++i) {
-        pthread_create(&ids[i], 0, bw_worker, &args[i]);
-    }
-    bw_worker(&args[0]);
-    for (int32_t i = 1; i < threads; ++i) {
-        pthread_join(ids[i], 0);
-    }
-    pthread_barrier_destroy(&sh.barrier);
-    free(ids);
-    free(args);
+    memset(data, PA_FILL_BYTE, b.words * sizeof(uint64_t));
+    b.data = data;
+    double best_s = best_pass_s(bw_pass, &b, threads, reps);
     free(data);
-    uint64_t counted = sh.words / (uint64_t)threads * (uint64_t)threads * sizeof(uint64_t);
-    return sh.best_s > 0.0 ? (double)counted / sh.best_s / PA_BYTES_PER_GB : 0.0;
+    uint64_t counted = b.words / (uint64_t)threads * (uint64_t)threads * sizeof(uint64_t);
+    return best_s > 0.0 ? (double)counted / best_s / PA_BYTES_PER_GB : 0.0;
 }
 
 /* ---- fp32 FMA peak ------------------------------------------------------------------------------------------ */
@@ -170,13 +201,6 @@ PA_EXPORT double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int
 #define PA_FMA_CHAINS 12        /* independent accumulators: FMA latency x ports, with room                      */
 #define PA_FMA_ITERS 2000000    /* iterations of one timed pass (~0.1 s at 2 ports x 16 lanes on 2.6 GHz)        */
 #define PA_FMA_FLOPS_PER_LANE 2 /* a multiply and an add                                                         */
-
-typedef struct fma_shared {
-    int32_t threads, reps;
-    pthread_barrier_t barrier;
-    double best_s, flops_per_pass;
-    volatile float sink;
-} fma_shared;
 
 #if defined(__x86_64__)
 #define PA_FMA_LANES_512 16
@@ -253,55 +277,17 @@ static int32_t fma_lanes(float (**pass)(float)) {
     return 1;
 }
 
-typedef struct fma_arg {
-    fma_shared *sh;
-    int32_t index;
-} fma_arg;
-
-static void *fma_worker(void *arg) {
-    fma_arg *a = arg;
-    fma_shared *sh = a->sh;
-    float (*pass)(float);
-    fma_lanes(&pass);
-    for (int32_t rep = 0; rep <= sh->reps; ++rep) { /* rep 0 is the warm pass (clocks up) */
-        pthread_barrier_wait(&sh->barrier);
-        double t0 = now_s();
-        float s = pass(0.5f / (float)(rep + 2));
-        pthread_barrier_wait(&sh->barrier);
-        double dt = now_s() - t0;
-        if (a->index == 0) {
-            sh->sink += s;
-            if (rep > 0 && (sh->best_s == 0.0 || dt < sh->best_s)) {
-                sh->best_s = dt;
-            }
-        }
-    }
-    return 0;
+static double fma_pass(void *ctx, int32_t index, int32_t threads, int32_t rep) {
+    (void)index;
+    (void)threads;
+    float (*pass)(float) = *(float (**)(float))ctx;
+    return (double)pass(0.5f / (float)(rep + 2));
 }
 
 PA_EXPORT double pa_mock_fma_peak_gflops(int32_t threads, int32_t reps) {
     threads = pa_host_threads(threads);
-    fma_shared sh;
-    memset(&sh, 0, sizeof sh);
     float (*pass)(float);
-    sh.threads = threads;
-    sh.reps = reps > 0 ? reps : 1;
-    sh.flops_per_pass = (double)fma_lanes(&pass) * PA_FMA_CHAINS * PA_FMA_ITERS * PA_FMA_FLOPS_PER_LANE;
-    pthread_barrier_init(&sh.barrier, 0, (unsigned)threads);
-    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
-    fma_arg *args = calloc((size_t)threads, sizeof *args);
-    for (int32_t i = 0; i < threads; ++i) {
-        args[i] = (fma_arg){&sh, i};
-    }
-    for (int32_t i = 1; i < threads; ++i) {
-        pthread_create(&ids[i], 0, fma_worker, &args[i]);
-    }
-    fma_worker(&args[0]);
-    for (int32_t i = 1; i < threads; ++i) {
-        pthread_join(ids[i], 0);
-    }
-    pthread_barrier_destroy(&sh.barrier);
-    free(ids);
-    free(args);
-    return sh.best_s > 0.0 ? sh.flops_per_pass * threads / sh.best_s / PA_BYTES_PER_GB : 0.0;
+    double flops_per_pass = (double)fma_lanes(&pass) * PA_FMA_CHAINS * PA_FMA_ITERS * PA_FMA_FLOPS_PER_LANE;
+    double best_s = best_pass_s(fma_pass, &pass, threads, reps);
+    return best_s > 0.0 ? flops_per_pass * threads / best_s / PA_BYTES_PER_GB : 0.0;
 }
