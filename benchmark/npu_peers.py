@@ -137,15 +137,17 @@ def fia_arguments(case: BenchCase, scale_keyword: str = "scale") -> dict[str, An
     return args
 
 
+#: v1's name -> v2's, for the arguments both take (torch_npu's v2 page; vLLM-Ascend's v1 -> v2 change).
+V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "actual_seq_lengths": "actual_seq_qlen",
+            "actual_seq_lengths_kv": "actual_seq_kvlen", "softmax_lse_flag": "return_softmax_lse"}
+
+
 def fia_v2_arguments(case: BenchCase) -> dict[str, Any]:
     """Keyword arguments of ``npu_fused_infer_attention_score_v2`` as vLLM-Ascend's gpt-oss path passes them:
     :func:`fia_arguments` under v2's names, ``next_tokens=0``, ``learnable_sink`` (bf16 ``[Hq]``) with sinks,
     ``return_softmax_lse`` with lse."""
     require("fia-v2", case.shape)
-    v1 = _tnd(case)
-    renamed = {"num_heads": "num_query_heads", "actual_seq_lengths": "actual_seq_qlen",
-               "actual_seq_lengths_kv": "actual_seq_kvlen"}
-    args = {renamed.get(name, name): value for name, value in v1.items()}
+    args = {V2_NAMES.get(name, name): value for name, value in _tnd(case).items()}
     args["softmax_scale"] = case.scale
     args.setdefault("pre_tokens", FIA_NO_LIMIT)
     args["next_tokens"] = 0
@@ -202,9 +204,6 @@ def fia_mla_result(case: BenchCase, result: tuple[torch.Tensor, torch.Tensor]) -
     return out.transpose(0, 1).unflatten(0, (s.batch, s.q_len))
 
 
-#: v1's name -> v2's, for the arguments both take (torch_npu's v2 page; vLLM-Ascend's v1 -> v2 change).
-V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "actual_seq_lengths": "actual_seq_qlen",
-            "actual_seq_lengths_kv": "actual_seq_kvlen", "softmax_lse_flag": "return_softmax_lse"}
 #: v1 arguments v2 does not take (v2 passes antiquant_mode 0 itself).
 V1_ONLY = ("antiquant_mode", "antiquant_scale")
 

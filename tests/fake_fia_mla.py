@@ -46,7 +46,7 @@ by position (``mla_v1.py`` ``_forward_decode``, commit 182b75ea).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -106,25 +106,37 @@ INNER_PRECISE_MODES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
-class MlaNames:
-    """What FIA v1 and v2 call the MLA mode's arguments, and what each refuses."""
+class FiaNames:
+    """What FIA v1 and v2 call the same arguments (torch_npu's two pages); the TND fake and the MLA fake both
+    read these."""
 
-    operator: str
     heads: str
-    scale: str
     q_lens: str
     kv_lens: str
+    scale: str
     lse: str
+
+
+FIA_V1_NAMES = FiaNames("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv", "scale", "softmax_lse_flag")
+FIA_V2_NAMES = FiaNames("num_query_heads", "actual_seq_qlen", "actual_seq_kvlen", "softmax_scale",
+                        "return_softmax_lse")
+
+
+@dataclass(frozen=True)
+class MlaNames(FiaNames):
+    """FIA v1's or v2's names, and what each refuses in the MLA mode."""
+
+    operator: str
     sparse_modes: tuple[int, ...]
     unsupported: dict[str, str] = field(hash=False)
     returns_lse: bool
     full_quant: tuple[str, ...] = ()
 
 
-V1 = MlaNames("FIA MLA", "num_heads", "scale", "actual_seq_lengths", "actual_seq_lengths_kv", "softmax_lse_flag",
-              MLA_SPARSE_MODES, UNSUPPORTED, returns_lse=False)
-V2 = MlaNames("FIA v2 MLA", "num_query_heads", "softmax_scale", "actual_seq_qlen", "actual_seq_kvlen",
-              "return_softmax_lse", MLA_SPARSE_MODES_V2, UNSUPPORTED_V2, returns_lse=True, full_quant=FULL_QUANT_V2)
+V1 = MlaNames(**asdict(FIA_V1_NAMES), operator="FIA MLA", sparse_modes=MLA_SPARSE_MODES, unsupported=UNSUPPORTED,
+              returns_lse=False)
+V2 = MlaNames(**asdict(FIA_V2_NAMES), operator="FIA v2 MLA", sparse_modes=MLA_SPARSE_MODES_V2,
+              unsupported=UNSUPPORTED_V2, returns_lse=True, full_quant=FULL_QUANT_V2)
 
 
 def _refuse(rule: str, source: str, names: MlaNames = V1) -> ValueError:

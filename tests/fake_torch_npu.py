@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import inspect
 import types
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from fake_fia_mla import FIA_V1_NAMES, FIA_V2_NAMES, FiaNames, fia_mla, is_mla_call
 from fake_fia_mla import V2 as MLA_V2
-from fake_fia_mla import fia_mla, is_mla_call
 
 from accuracy.reference import Features, attention_lse
 
@@ -102,21 +102,15 @@ def documented_fia_v2(query: Any, key: Any, value: Any, *, query_rope=None, key_
 
 
 @dataclass(frozen=True)
-class TndNames:
-    """Where v1 and v2 name the same TND arguments differently, and their block-size limit."""
+class TndNames(FiaNames):
+    """v1's or v2's names of the TND arguments, and their block-size and batch limits."""
 
-    heads: str
-    q_lens: str
-    kv_lens: str
-    scale: str
-    lse: str
     max_block: int
     max_batch: int | None
 
 
-V1 = TndNames("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv", "scale", "softmax_lse_flag", 512, None)
-V2 = TndNames("num_query_heads", "actual_seq_qlen", "actual_seq_kvlen", "softmax_scale", "return_softmax_lse", 1024,
-              4096)
+V1 = TndNames(**asdict(FIA_V1_NAMES), max_block=512, max_batch=None)
+V2 = TndNames(**asdict(FIA_V2_NAMES), max_block=1024, max_batch=4096)
 
 
 def _int_list(value: Any, name: str) -> list[int]:
