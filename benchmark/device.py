@@ -127,21 +127,22 @@ def host_cache_bytes() -> int:
     return best or 32 * MIB
 
 
+def _mock_handle() -> Any:
+    """The loaded mock library (its probes' signatures declared)."""
+    from launcher.library import library_path, load_library
+
+    return load_library(library_path("mock")).handle
+
+
 def measure_read_bandwidth_gbs(nbytes: int = BANDWIDTH_PROBE_BYTES, threads: int = 0,
                                reps: int = BANDWIDTH_PROBE_REPS) -> float:
     """The mock library's C read loop: decimal GB/s, best of ``reps`` passes over ``nbytes``."""
-    from launcher.library import library_path, load_library
-
-    library = load_library(library_path("mock"))
-    return float(library.handle.pa_mock_read_bandwidth_gbs(nbytes, threads, reps))
+    return float(_mock_handle().pa_mock_read_bandwidth_gbs(nbytes, threads, reps))
 
 
 def measure_fma_peak_gflops(threads: int = 0, reps: int = FMA_PROBE_REPS) -> float:
     """The mock library's fp32 multiply-add loop on the widest vector unit: GFLOP/s of ``threads`` threads."""
-    from launcher.library import library_path, load_library
-
-    library = load_library(library_path("mock"))
-    return float(library.handle.pa_mock_fma_peak_gflops(threads, reps))
+    return float(_mock_handle().pa_mock_fma_peak_gflops(threads, reps))
 
 
 def library_abi_version(backend: str) -> int | None:

@@ -6,27 +6,19 @@ from __future__ import annotations
 import ctypes
 from dataclasses import replace
 
+import mock_harness as h
 import pytest
 
 from benchmark import report
 from benchmark.device import DeviceInfo
 from benchmark.suite import with_speedups
-from launcher.library import library_path
 
 HOST = DeviceInfo("mock:test-cpu:2cpu", "mock", "mock NPU on test-cpu", 30.0, "given", 32 << 20, 2, 450.0, "given")
 
 
 @pytest.fixture(scope="module")
 def lib() -> ctypes.CDLL:
-    path = library_path("mock")
-    if not path.exists():
-        pytest.skip("mock library not built (bash compile.sh)")
-    handle = ctypes.CDLL(str(path))
-    handle.pa_mock_fma_peak_gflops.restype = ctypes.c_double
-    handle.pa_mock_fma_peak_gflops.argtypes = [ctypes.c_int32, ctypes.c_int32]
-    handle.pa_mock_read_bandwidth_gbs.restype = ctypes.c_double
-    handle.pa_mock_read_bandwidth_gbs.argtypes = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32]
-    return handle
+    return h.load_mock()
 
 
 def test_fma_probe_scales_with_threads_and_beats_a_scalar_core(lib: ctypes.CDLL) -> None:

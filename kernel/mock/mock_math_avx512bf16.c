@@ -33,16 +33,15 @@ static void bf16_pv(const float *pf, int32_t p_stride, int32_t rows, const uint1
 #define PA_NP_TOKENS 64    /* P.V tokens whose P pairs are packed at once                                        */
 #define PA_MAX_D PA_MLA_LATENT_DIM /* the widest q row of any launch                                   */
 
-/* fp32 values that are bf16 values (widened from bf16) back to their bf16 bits: exact. */
+/* fp32 values that are bf16 values (widened from bf16) back to their bf16 bits, by the paths' own rounding (exact
+ * here). */
 static void to_bf16(const float *src, int32_t n, uint16_t *dst) {
     int32_t i = 0;
     for (; i + PA_LANES <= n; i += PA_LANES) {
-        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+        v_narrow_store(dst + i, v_loadu(src + i), 1);
     }
     for (; i < n; ++i) {
-        uint32_t bits;
-        __builtin_memcpy(&bits, src + i, sizeof bits);
-        dst[i] = (uint16_t)(bits >> PA_BF16_SHIFT);
+        dst[i] = pa_narrow(src[i], 1);
     }
 }
 
