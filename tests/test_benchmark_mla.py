@@ -262,14 +262,16 @@ def test_fake_fia_v2_mla_refuses_what_cann_documents_it_refuses() -> None:
     with pytest.raises(ValueError, match="FIA v2 MLA: sparse_mode"):
         check_fia_mla({"query": positional[0], "key": positional[1], "value": positional[2], **kw,
                        "sparse_mode": 2}, V2)
-    two = _case(16, q_len=2)
-    p2, kw2 = fia_v2_mla_arguments(two)
-    for what, change in {"tree mask (sparse 9)": {"sparse_mode": 9}, "full quantisation": {"query_quant_mode": 3},
-                         "lse of a sequence without keys": {"return_softmax_lse": True,
-                                                            "actual_seq_kvlen": [300, 0, 5]}}.items():
+    mtp = fia_v2_mla_arguments(_case(16, q_len=2))
+    not_modelled = {
+        "tree mask (sparse 9)": (mtp, {"sparse_mode": 9}),
+        "full quantisation": (mtp, {"query_quant_mode": 3}),
+        "lse of a sequence without keys": ((positional, kw), {"return_softmax_lse": True,
+                                                              "actual_seq_kvlen": [300, 0, 5]}),
+    }
+    for what, ((args, base), change) in not_modelled.items():
         with pytest.raises(NotImplementedError):
-            _fia_v2(p2 if what != "lse of a sequence without keys" else positional,
-                    {**(kw2 if what != "lse of a sequence without keys" else kw), **change})
+            _fia_v2(args, {**base, **change})
             pytest.fail(f"{what}: modelled")
 
 
