@@ -2,8 +2,10 @@
 # Build pa-kit's kernel libraries into build/lib/ and say what was built, skipped or failed, and why.
 #
 #   bash compile.sh            build what is out of date (idempotent: unchanged sources are not rebuilt)
-#   bash compile.sh --setup    first install what the project needs (torch CPU build if no torch imports,
-#                              then `pip install -e ".[test,bench]"`), then build
+#   bash compile.sh --setup    first install what the project needs (torch if no torch imports, then
+#                              `pip install -e ".[test,bench]"`), then build; torch comes from
+#                              $PA_KIT_TORCH_INDEX_URL when set (the CPU build:
+#                              https://download.pytorch.org/whl/cpu), else from pip's own index
 #   bash compile.sh --clean    remove build/
 #   bash compile.sh --force    rebuild even when up to date
 #
@@ -47,6 +49,27 @@ python_bin() {
     if command -v python >/dev/null 2>&1; then echo python; else echo python3; fi
 }
 
+# Where --setup installs torch from: an index given here (e.g. https://download.pytorch.org/whl/cpu, the CPU
+# build) or, when empty, pip's own index, which on stock PyPI serves Linux x86-64 the CUDA build.
+TORCH_INDEX_URL="${PA_KIT_TORCH_INDEX_URL:-}"
+TORCH_CPU_INDEX="https://download.pytorch.org/whl/cpu"
+
+# The torch install --setup runs, said before it runs: on stock PyPI the default is a download of several GB
+# that a user on a CPU machine never wants, so the plain way to get the CPU build is printed beside it.
+install_torch() {
+    local py="$1"
+    if [[ -n "$TORCH_INDEX_URL" ]]; then
+        say "setup: torch not importable, installing $TORCH_PIN from $TORCH_INDEX_URL (PA_KIT_TORCH_INDEX_URL)"
+        "$py" -m pip install --index-url "$TORCH_INDEX_URL" "$TORCH_PIN"
+        return
+    fi
+    say "setup: torch not importable, installing $TORCH_PIN from pip's configured index \
+(${PIP_INDEX_URL:-PyPI unless pip.conf or PIP_INDEX_URL names another})"
+    say "setup: on stock PyPI the Linux x86-64 wheel of torch is the CUDA build, several GB; for the CPU build, \
+stop now (Ctrl-C) and run: PA_KIT_TORCH_INDEX_URL=$TORCH_CPU_INDEX bash compile.sh --setup"
+    "$py" -m pip install "$TORCH_PIN"
+}
+
 setup() {
     local py
     py="$(python_bin)"
@@ -54,8 +77,7 @@ setup() {
         say "setup: torch $(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$py" -c 'import torch; print(torch.__version__)') \
 already importable, kept"
     else
-        say "setup: torch not importable, installing the CPU build ($TORCH_PIN)"
-        "$py" -m pip install "$TORCH_PIN"
+        install_torch "$py"
     fi
     say "setup: pip install -e \".[test,bench]\" (bench: matplotlib, for --plot and its test)"
     "$py" -m pip install -e "$ROOT[test,bench]"
@@ -212,7 +234,7 @@ main() {
                 ;;
             --force) FORCE=1 ;;
             -h | --help)
-                sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+                sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
                 return 0
                 ;;
             *)
@@ -237,4 +259,7 @@ main() {
     return "$STATUS"
 }
 
-main "$@"
+# Sourced (`source compile.sh`), it only defines its functions: tests call setup() with a stand-in python.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi
