@@ -1,9 +1,12 @@
 """``bench_pa_performance.py --predict``: the timing model's predicted NPU time of each pa-kit launch.
 
 The simulation records the accuracy launch's instruction trace, ``timing.replay`` prices it on an A2 model, and
-the record gets ``predicted_us`` with the bound and, for a published shape, IFA's published time and the predicted
-speed-up over it.  ``--trace FILE.json`` writes the replay as a Chrome/Perfetto trace: a process per core, a
-track per role and pipe.  Every figure here is a prediction of the model in ``timing/``, not a measurement.
+the record gets ``predicted_us`` with its band (``band_us``: the same trace replayed with every constant at the
+optimistic and at the pessimistic end of its range, as ``timing/predictions.json`` states it), the bound and, for
+a published shape, IFA's published time and the predicted speed-up over it (nominal and pessimistic).  Every
+printed prediction carries its band (``448.7 µs [band 448.1-601.5]``).  ``--trace FILE.json`` writes the replay
+as a Chrome/Perfetto trace: a process per core, a track per role and pipe.  Every figure here is a prediction of
+the model in ``timing/``, not a measurement.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from timing import trace as tr
-from timing.model import DEFAULT
+from timing.model import DEFAULT, at_band_end, prediction_text
 from timing.published import published_ifa_us
 from timing.replay import Prediction, replay
 
@@ -38,10 +41,12 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
 
     out: list[Any] = []
     trace = tr.capture(handle, lambda: out.append(launch()), block_dim)
-    pred: Prediction = replay(trace, load_cost_tables(), keep_spans=keep_spans)
+    costs = load_cost_tables()
+    pred: Prediction = replay(trace, costs, keep_spans=keep_spans)
+    band = [round(replay(trace, costs, at_band_end(DEFAULT, end)).predicted_us, 2) for end in (0, 1)]
     tb_s = pred.tb_per_s(total_bytes)
     figures: dict[str, Any] = {
-        "predicted_us": round(pred.predicted_us, 2), "predicted_tb_per_s": round(tb_s, 4),
+        "predicted_us": round(pred.predicted_us, 2), "band_us": band, "predicted_tb_per_s": round(tb_s, 4),
         "predicted_percent_of_hbm": round(100 * tb_s * 1e12 / HBM_NOMINAL_BYTES_PER_S, 1),
         "bound": pred.bound, "hbm_stretch": round(pred.hbm_stretch, 3), "events": len(trace.events),
         "busy_percent": busy_percent(pred),
@@ -50,6 +55,7 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
     if ifa is not None:
         figures["ifa_published_us"] = ifa
         figures["predicted_speedup_vs_ifa"] = round(ifa / pred.predicted_us, 3)
+        figures["predicted_speedup_vs_ifa_pessimistic"] = round(ifa / band[1], 3)
     return out[0], Predicted(figures, pred.spans, trace.op_names)
 
 
@@ -83,19 +89,30 @@ def write_chrome_trace(path: str, predictions: list[tuple[str, Predicted]]) -> N
                                       "otherData": {"note": "timing-model prediction, not a measurement"}}))
 
 
+def predicted_text(prediction: dict[str, Any]) -> str:
+    """The record's prediction with its band; a record written before bands were kept says it has none."""
+    band = prediction.get("band_us")
+    if isinstance(band, list | tuple) and len(band) == 2:
+        return prediction_text(prediction["predicted_us"], band)
+    return f"{prediction['predicted_us']:.1f} µs [band not recorded]"
+
+
 def render_predictions(records: Any) -> str:
     """The table of predicted device times, below the measured one."""
     rows = [r for r in records if getattr(r, "prediction", None)]
     if not rows:
         return ""
-    lines = ["predicted NPU time (timing model of an A2, a prediction, not a measurement; docs/TIMING_MODEL.md):",
-             "| shape | predicted µs | TB/s | % of HBM | bound | IFA published µs | predicted speed-up |",
+    lines = ["predicted NPU time (timing model of an A2, a prediction, not a measurement; band: every constant at "
+             "the optimistic .. pessimistic end of its range; docs/TIMING_MODEL.md):",
+             "| shape | predicted | TB/s | % of HBM | bound | IFA published µs | predicted speed-up (nominal / "
+             "pessimistic) |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.prediction
         ifa = p.get("ifa_published_us")
-        speed = p.get("predicted_speedup_vs_ifa")
-        lines.append(f"| {r.shape_id} | {p['predicted_us']:.1f} | {p['predicted_tb_per_s']:.3f} | "
+        speed, slow = p.get("predicted_speedup_vs_ifa"), p.get("predicted_speedup_vs_ifa_pessimistic")
+        speed_text = "-" if speed is None else f"{speed:.2f}x" + ("" if slow is None else f" / {slow:.2f}x")
+        lines.append(f"| {r.shape_id} | {predicted_text(p)} | {p['predicted_tb_per_s']:.3f} | "
                      f"{p['predicted_percent_of_hbm']:.0f} | {p['bound']} | {'-' if ifa is None else ifa} | "
-                     f"{'-' if speed is None else f'{speed:.2f}x'} |")
+                     f"{speed_text} |")
     return "\n".join(lines)

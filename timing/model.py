@@ -78,3 +78,9 @@ def at_band_end(constants: ModelConstants, end: int) -> ModelConstants:
         else:
             out = out.perturbed(name, f)
     return out
+
+
+def prediction_text(predicted_us: float, band_us: tuple[float, float] | list[float]) -> str:
+    """A prediction as every report prints it, its band beside it (``448.7 µs [band 448.1-601.5]``): a nominal
+    figure alone reads as more certain than the model is (docs/TIMING_MODEL.md, rule 5)."""
+    return f"{predicted_us:.1f} µs [band {band_us[0]:.1f}-{band_us[1]:.1f}]"

@@ -24,7 +24,7 @@ from tiling import PagedAttentionPlan, plan_paged_attention
 from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import BANDS, DEFAULT, at_band_end
+from timing.model import BANDS, DEFAULT, at_band_end, prediction_text
 from timing.published import published_ifa_us
 from timing.replay import replay
 from workloads import bytes_model
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         rows.append(predict_shape(shape))
         r = rows[-1]
-        print(f"{shape.shape_id:<36} {r['predicted_us']:8.1f} µs [{r['band_us'][0]:.1f}, {r['band_us'][1]:.1f}] "
+        print(f"{shape.shape_id:<36} {prediction_text(r['predicted_us'], r['band_us']):>30} "
               f"{r['bound']:<16} IFA {r.get('ifa_published_us', '-')}  ({time.perf_counter() - start:.0f} s)",
               flush=True)
     doc = {
