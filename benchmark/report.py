@@ -203,6 +203,17 @@ LEGEND = (
     "kernel, host µs per runner.update() with the shape's lengths repeated (a decode step in which no sequence "
     "crosses a page: a ragged batch's balancing decision comes from the planner's cache)."
 )
+#: Columns that set a measured time against a device's (a peak, a peer's time).  The simulation's wall time is
+#: a CPU emulating the NPU core by core, so beside a device's figure it means nothing: a sim report leaves them
+#: out (its JSON carries None there, ``Suite``), and ``--predict`` gives the model's device time instead.
+DEVICE_COMPARISONS = ("% peak", "pa-kit x")
+SIM_LEGEND = ("sim: its ms are the wall time of a CPU emulating the NPU, not device time, so % peak and pa-kit x "
+              "(which set a time against a device's) are not shown; --predict gives the timing model's device time.")
+
+
+def columns_for(backend: str | None) -> tuple[str, ...]:
+    """The table's columns on ``backend``: all but :data:`DEVICE_COMPARISONS` on the simulation."""
+    return tuple(c for c in COLUMNS if backend != "sim" or c not in DEVICE_COMPARISONS)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -241,8 +252,10 @@ def table_rows(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> list[lis
     return rows
 
 
-def render_table(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> str:
-    return tabulate(table_rows(records), headers=COLUMNS, tablefmt="github", disable_numparse=True)
+def render_table(records: tuple[BenchRecord, ...] | list[BenchRecord], backend: str | None = None) -> str:
+    keep = [i for i, column in enumerate(COLUMNS) if column in columns_for(backend)]
+    rows = [[row[i] for i in keep] for row in table_rows(records)]
+    return tabulate(rows, headers=[COLUMNS[i] for i in keep], tablefmt="github", disable_numparse=True)
 
 
 def render_header(report: BenchReport) -> str:
@@ -322,7 +335,9 @@ def render_rooflines(records: tuple[BenchRecord, ...] | list[BenchRecord]) -> st
 def render(report: BenchReport) -> str:
     from benchmark.predict import render_predictions
 
-    parts = [render_header(report), "", render_table(report.records), "", LEGEND]
+    backend = report.device.backend
+    parts = [render_header(report), "", render_table(report.records, backend), "",
+             LEGEND + (" " + SIM_LEGEND if backend == "sim" else "")]
     for extra in (render_rooflines(report.records), render_device_figures(report.records),
                   render_predictions(report.records)):
         if extra:

@@ -251,7 +251,8 @@ class Suite:
             gc.collect()
         del case
         gc.collect()
-        return with_speedups(records)
+        # the simulation's wall time is not device time: no ratio of it to a peer's (report.DEVICE_COMPARISONS)
+        return records if self.options.backend == "sim" else with_speedups(records)
 
     def _measure(self, case: BenchCase, name: str, prepare: Callable[[], tuple[Launch, str | None, Any]],
                  reference: Reference, traffic: bytes_model.TrafficModel, roof: Roofline | None = None) -> BenchRecord:
@@ -294,7 +295,9 @@ class Suite:
         stats = self.timer.measure(launch)
         tb_s = bytes_model.tb_per_s(traffic.total_bytes, stats.center_ms)
         tflop_s = bytes_model.tflop_per_s(traffic.flops, stats.center_ms)
-        if self.device.compute_bound(traffic.flops, traffic.total_bytes):
+        if self.options.backend == "sim":  # no peak for a CPU emulating the NPU (report.DEVICE_COMPARISONS)
+            percent, kind = None, "read"
+        elif self.device.compute_bound(traffic.flops, traffic.total_bytes):
             percent, kind = bytes_model.percent_of_peak(tflop_s * 1e3, self.device.fma_peak_gflops), "FMA"
         else:
             percent, kind = bytes_model.percent_of_peak(tb_s * 1e3, self.device.peak_gb_per_s), "read"
