@@ -3,8 +3,10 @@
 The first thing a reader wants is "which implementation moves the most bytes on this shape"; grouped bars
 answer that at a glance.  The unit follows the device: TB/s on an NPU, GB/s on the CPU (the mock moves
 tens of GB/s, which as TB/s reads as thousandths).  A dashed line marks the header's peak and the right axis
-gives % of it.  The legend names implementations only (shapes are the x labels), so it stays short however
-many shapes were run.
+gives % of it.  Each bar carries the spread of its per-launch times as an error bar (the rate at the p80 time
+up to the rate at the p20 time), so two bars closer than their spread read as a tie.  Each group is labelled
+by its shape id, the key the table and the JSON use, over a short description.  The legend names
+implementations only (shapes are the x labels), so it stays short however many shapes were run.
 
 matplotlib comes with the ``bench`` extra (``pip install -e ".[bench]"``) and is imported only here, lazily.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmark.report import PA_KIT, BenchRecord, BenchReport
 
@@ -35,6 +38,8 @@ class Bars:
     implementations: tuple[str, ...]
     values: dict[str, list[float | None]]
     peak: float | None  # in the unit
+    #: spread[impl][shape]: (rate at the p80 time, rate at the p20 time) in the unit, or None (no percentiles)
+    spread: dict[str, list[tuple[float, float] | None]]
 
 
 def shape_label(r: BenchRecord) -> str:
@@ -56,6 +61,20 @@ def shape_label(r: BenchRecord) -> str:
     return " ".join(parts)
 
 
+def tick_label(r: BenchRecord) -> str:
+    """A group's x label: the shape id (what the table and the JSON call it) over :func:`shape_label`."""
+    return f"{r.shape_id}\n{shape_label(r)}"
+
+
+def rate_spread(r: BenchRecord, scale: float) -> tuple[float, float] | None:
+    """(the rate at the p80 time, the rate at the p20 time) in the unit: a rate is bytes over time, so the slow
+    percentile gives the low end.  None for a record without percentiles (the back-to-back mean)."""
+    if r.tb_per_s is None or r.time_ms is None or not r.p20_ms or not r.p80_ms:
+        return None
+    rate = r.tb_per_s * scale
+    return rate * r.time_ms / r.p80_ms, rate * r.time_ms / r.p20_ms
+
+
 def bars(report: BenchReport) -> Bars:
     """The bar data of ``report``: timed records only, pa-kit first, shapes in run order."""
     npu = report.device.backend == "npu"
@@ -65,18 +84,42 @@ def bars(report: BenchReport) -> Bars:
     for r in report.records:
         if r.shape_id not in shapes:
             shapes.append(r.shape_id)
-            labels.append(shape_label(r))
+            labels.append(tick_label(r))
     timed = [r for r in report.records if r.ok and r.tb_per_s is not None]
     names = sorted({r.implementation for r in timed}, key=lambda n: (not n.startswith(PA_KIT), n))
     values: dict[str, list[float | None]] = {name: [None] * len(shapes) for name in names}
+    spread: dict[str, list[tuple[float, float] | None]] = {name: [None] * len(shapes) for name in names}
     for r in timed:
         values[r.implementation][shapes.index(r.shape_id)] = r.tb_per_s * scale  # type: ignore[operator]
+        spread[r.implementation][shapes.index(r.shape_id)] = rate_spread(r, scale)
     peak = report.device.peak_gb_per_s
     return Bars(unit, scale, tuple(shapes), tuple(labels), tuple(names), values,
-                None if peak is None else peak / 1e3 * scale)
+                None if peak is None else peak / 1e3 * scale, spread)
+
+
+def error_bars(values: list[float | None], spread: list[tuple[float, float] | None]) -> list[list[float]]:
+    """matplotlib's ``yerr`` (distances below and above each bar); 0 where a bar has no spread or no value."""
+    below, above = [], []
+    for value, span in zip(values, spread, strict=True):
+        if value is None or span is None:
+            below.append(0.0)
+            above.append(0.0)
+        else:
+            below.append(max(0.0, value - span[0]))
+            above.append(max(0.0, span[1] - value))
+    return [below, above]
 
 
 def plot_report(report: BenchReport, path: str | Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(report)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def figure(report: BenchReport) -> Any:
+    """The figure of ``report`` (a matplotlib ``Figure`` on the Agg backend; the caller saves and closes it)."""
     try:
         import matplotlib
 
@@ -94,7 +137,9 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
         xs = [p - GROUP_WIDTH / 2 + (i + 0.5) * width for p in positions]
         ys = [v if v is not None else 0.0 for v in data.values[name]]
         drawn = ax.bar(xs, ys, width, label=name, color=f"C{i % 10}",
-                       edgecolor="black" if name == PA_KIT else None, linewidth=1.2 if name == PA_KIT else 0)
+                       edgecolor="black" if name == PA_KIT else None, linewidth=1.2 if name == PA_KIT else 0,
+                       yerr=error_bars(data.values[name], data.spread[name]), capsize=2,
+                       error_kw={"elinewidth": 0.8, "ecolor": "black"})
         for bar, value in zip(drawn, data.values[name], strict=True):
             if value is None:  # failed or not timed on this shape: say so rather than draw a zero bar
                 ax.annotate("n/a", (bar.get_x() + width / 2, 0), ha="center", va="bottom", fontsize=6, rotation=90)
@@ -109,13 +154,13 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
         right = ax.secondary_yaxis("right", functions=(lambda v: 100 * v / data.peak,
                                                        lambda p: p * data.peak / 100))
         right.set_ylabel("% of peak")
-    tallest = max([v for vs in data.values.values() for v in vs if v is not None] + [data.peak or 0.0])
+    tallest = max([v for vs in data.values.values() for v in vs if v is not None] + [data.peak or 0.0]
+                  + [span[1] for spans in data.spread.values() for span in spans if span is not None])
     if tallest > 0:
         ax.set_ylim(0, tallest * HEADROOM)  # room above the peak line for the legend
     if data.implementations:
         ax.legend(fontsize=8, ncol=min(count, 4), loc="upper left")
     fig.suptitle(f"paged-attention decode on {report.device.name}: {report.timing.get('statistic')}, "
-                 f"flush={report.timing.get('l2_flush')}", fontsize=9)
+                 f"flush={report.timing.get('l2_flush')}\nerror bars: p20-p80 of per-launch times", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig

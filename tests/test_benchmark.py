@@ -408,7 +408,7 @@ def test_plot_groups_bars_per_shape_in_a_readable_unit(tmp_path: Path) -> None:
     records.append(_record("b64", report.PA_KIT, None, status="inaccurate"))
     data = plot.bars(_report(records))
     assert data.unit == "GB/s" and data.implementations[0] == report.PA_KIT  # CPU: GB/s, pa-kit first
-    assert data.shapes == ("b1", "b8", "b64") and data.labels[0] == "b1 32/8 2K fp16"
+    assert data.shapes == ("b1", "b8", "b64") and data.labels[0] == "b1\nb1 32/8 2K fp16"  # id over description
     assert data.values[report.PA_KIT] == [pytest.approx(10.0), pytest.approx(80.0), None]  # untimed: no bar
     assert data.peak == pytest.approx(DEVICE.peak_gb_per_s)
     npu = plot.bars(_report(records, device=replace(DEVICE, backend="npu", peak_gb_per_s=1600.0)))
