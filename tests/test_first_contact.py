@@ -59,6 +59,8 @@ def test_cpu_rehearsal_runs_every_step_on_the_mock(tmp_path, monkeypatch, capsys
     assert "--application=" in args and "bench_pa_performance.py" in args and "--output=" in args
     table = (out / "compare.txt").read_text()
     assert "b1_h32kv8_d128_ctx256_bs128_fp16" in table and "5.0-20.0" in table
+    assert "mean |error|" in table and "rehearsal on mock" in table and "a CPU model of the device" in table
+    assert "means nothing about the timing model's accuracy" in table, table
 
 
 def test_npu_without_a_device_skips_every_device_step_with_the_reason(tmp_path, monkeypatch):
@@ -150,6 +152,23 @@ def test_comparison_table_sets_measured_against_predicted(tmp_path):
     text = contact_report.render(rows, "note")
     assert "+25.0" in text and "NO" in text and "533.7" in text and "1.10" in text
     assert "mean |error| 25.0 % over 1 shapes" in text
+    assert "rehearsal" not in text and "means nothing" not in text  # on an A2 the figure is the model's error
+
+
+def test_a_rehearsal_says_what_its_error_figure_means() -> None:
+    """Off a device the 'measured' time is a CPU's: the summary says the error compares that with an A2's
+    predicted time and means nothing about the model; with no error figure there is nothing to qualify."""
+    sid = "b64_h32kv8_d128_ctx2k_bs128_fp16"
+    rows = contact_report.compare(bench_report([(sid, "pa-kit", 21.0)]),
+                                  {sid: contact_report.Prediction(476.0, 470.0, 600.0)}, {})
+    for backend, what in (("mock", "a CPU model of the device"), ("sim", "a CPU emulating the device")):
+        text = contact_report.render(rows, "note", backend)
+        summary = text.splitlines()[-1]
+        assert summary.startswith("mean |error| 4311.8 % over 1 shapes (rehearsal on " + backend), summary
+        assert what in summary and "an A2's predicted device time" in summary
+        assert "means nothing about the timing model's accuracy" in summary
+    empty = contact_report.render(contact_report.compare(bench_report([(sid, "pa-kit", 21.0)]), {}, {}), "n", "mock")
+    assert empty.splitlines()[-1] == "no shape has both a measurement and a prediction"
 
 
 def test_predictions_files_of_either_form_are_read(tmp_path):

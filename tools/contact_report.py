@@ -24,6 +24,12 @@ PREDICTIONS = REPO_ROOT / "timing" / "predictions.json"
 PUBLISHED = REPO_ROOT / "timing" / "published.json"
 PA_KIT = "pa-kit"
 IFA_KERNEL_PREFIX = "CANN IFA"
+#: What a rehearsal's "measured" time is, on each backend that is not a device: the error figure then sets that
+#: wall time against an A2's predicted device time, which says nothing about the timing model.
+REHEARSAL_TIMES = {
+    "mock": "the wall time of the mock, a CPU model of the device",
+    "sim": "the wall time of the simulation, a CPU emulating the device core by core",
+}
 
 
 @dataclass(frozen=True)
@@ -144,8 +150,19 @@ def _num(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def render(rows: list[ComparisonRow], note: str) -> str:
-    """The table, then the mean absolute error over the shapes that have both numbers."""
+def rehearsal_caveat(backend: str) -> str:
+    """What the error figures mean when ``backend`` is not a device (empty on the NPU)."""
+    if backend == "npu":
+        return ""
+    what = REHEARSAL_TIMES.get(backend, f"a wall time on the {backend} backend, not a device")
+    return (f"rehearsal on {backend}: 'pa-kit us' is {what}, and each error sets it against an A2's predicted "
+            "device time; the figure means nothing about the timing model's accuracy, it only shows that the "
+            "comparison runs end to end (on an A2 it is the model's error)")
+
+
+def render(rows: list[ComparisonRow], note: str, backend: str = "npu") -> str:
+    """The table, then the mean absolute error over the shapes that have both numbers, then, off a device, what
+    that figure does not mean (:func:`rehearsal_caveat`)."""
     body = []
     for row in rows:
         band = "-"
@@ -160,4 +177,7 @@ def render(rows: list[ComparisonRow], note: str) -> str:
     errors = [abs(r.error_percent) for r in rows if r.error_percent is not None]
     summary = (f"mean |error| {sum(errors) / len(errors):.1f} % over {len(errors)} shapes" if errors
                else "no shape has both a measurement and a prediction")
+    caveat = rehearsal_caveat(backend)
+    if errors and caveat:
+        summary += f" ({caveat})"
     return "\n".join([note, tabulate(body, headers=headers, tablefmt="github"), summary])

@@ -230,7 +230,7 @@ def step_compare(ctx: Context) -> StepResult:
         return StepResult("compare", SKIPPED, f"no benchmark results to compare; {note}")
     rows = contact_report.compare(json.loads(bench_json(ctx).read_text()), predictions,
                                   contact_report.load_ifa_published())
-    table = contact_report.render(rows, note)
+    table = contact_report.render(rows, note, ctx.backend)
     (ctx.out / "compare.txt").write_text(table + "\n")
     return StepResult("compare", OK, table)
 
