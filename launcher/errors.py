@@ -8,14 +8,15 @@ instead of parsing a message.
 
 from __future__ import annotations
 
-from tiling.abi import ArgSlot, ErrorCode
+from tiling.abi import ABI_VERSION, ArgSlot, ErrorCode
 
 #: What the device reports when a coordinate does not apply (no core, no sequence, ...).
 NOT_APPLICABLE = -1
 
 
 class KernelContractError(RuntimeError):
-    """A kernel call returned an error code: the launch broke the ABI v1 contract.
+    """A kernel call returned an error code: the launch broke the kernel ABI's contract (``kernel/pa_kernel_abi.h``;
+    the message names its version from the mirror, ``tiling.abi.ABI_VERSION``, never a copy of the number).
 
     Attributes (``None`` when the device did not report them):
 
@@ -55,7 +56,7 @@ class KernelContractError(RuntimeError):
 
     def _describe(self) -> str:
         code = self.code.name if isinstance(self.code, ErrorCode) else f"unknown error code {self.code}"
-        parts = [f"kernel contract violated: {code}"]
+        parts = [f"kernel contract (ABI v{ABI_VERSION}) violated: {code}"]
         where = {
             "buffer": self.buffer, "element offset": self.element_offset, "extent": self.extent,
             "core": self.core, "seq": self.seq, "head": self.head, "split": self.split,
