@@ -236,7 +236,3 @@ def check_out(out: object, shape: DecodeShape, dtype: torch.dtype, inputs: dict[
                              f"overlap {name} bytes [{start:#x}, {end:#x}))")
     return o
 
-
-check_scale = rules.validate_scale
-check_option = rules.validate_option
-check_core_count = rules.validate_core_count

@@ -38,7 +38,6 @@ def emu() -> ctypes.CDLL:
     lib.pa_emu_buffer.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64)]
     lib.pa_emu_call.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     lib.pa_emu_register_gm.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-    lib.pa_emu_ctrl.restype = ctypes.c_uint64
     return lib
 
 
@@ -67,11 +66,6 @@ class Core:
         values = (ctypes.c_int64 * max(1, len(args)))(*[int(a) for a in args])
         if emu().pa_emu_call(name.encode(), values, len(args)) != 0:
             raise EmuFaultError(emu().pa_emu_last_error().decode())
-
-    @property
-    def ctrl(self) -> int:
-        self.select()
-        return int(emu().pa_emu_ctrl())
 
 
 def address(array: np.ndarray) -> int:

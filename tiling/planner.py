@@ -84,12 +84,6 @@ class PagedAttentionPlan:
         return sum(1 for n in self.context_lens if n > 0)
 
     @property
-    def kv_read_lens(self) -> tuple[int, ...]:
-        """Tokens of each sequence's KV range the launch reads: from its window's first page to its end."""
-        return tuple(n - abi.kv_first_token(n, self.q_len, self.window_left, self.block_size) if n else 0
-                     for n in self.context_lens)
-
-    @property
     def features(self) -> int:
         """The :class:`abi.Feature` bits this plan asks of a library."""
         return requested_features(q_len=self.q_len, window_left=self.window_left, sinks_dtype=self.sinks_dtype,
