@@ -14,7 +14,8 @@ script (``python test_pa_accuracy.py [--backend mock|sim|npu] [--slow]``), which
   (flash-attention's rule, :mod:`accuracy.reference`), so long contexts are judged as fairly as short ones.
 * **Negative controls**: corrupted tilings (byte instead of element offsets, undersized ``o_core``, a bad
   gather map, a bad key, a bad block id) must raise ``KernelContractError``; the comparison itself must flag
-  a wrong output.
+  a wrong output, and the tolerance's basis (torch's error in the inputs' dtype, recomputed here without the
+  policy's code) must be refused when measured in float32 or inflated.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch
 from accuracy import reference as policy
 from accuracy.cases import CASES, MLA_CASES, Case
 from accuracy.harness import (
+    Inputs,
     build_runner,
     compare,
     device_of,
@@ -287,18 +289,66 @@ def test_tolerance_follows_the_case() -> None:
     assert max(allowed.values()) > 2 * min(allowed.values()), allowed
 
 
+#: How far torch's error as the policy measured it may sit from the same attention recomputed here (they are the
+#: same operations in the same dtype, so in practice equal; a policy measuring in float32 is ~1000x off).
+BASIS_SLACK = 1.5
+
+
+def dense_low_precision(inputs: Inputs, scale: float) -> torch.Tensor:
+    """The tolerance's basis recomputed without :mod:`accuracy.reference`: each sequence's keys and values gathered
+    densely, then per query head scores, softmax and P·V with every tensor in the inputs' dtype (float64 out)."""
+    q, keys, values = inputs.query, inputs.key_cache, inputs.value_cache
+    dtype, block_size, num_kv_heads = q.dtype, keys.shape[1], keys.shape[2]
+    group = q.shape[1] // num_kv_heads
+    out = torch.zeros(*q.shape[:2], values.shape[-1], dtype=torch.float64)
+    for seq, length in enumerate(inputs.lens):
+        pages = inputs.block_table[seq, :-(-length // block_size)].long()
+        k = keys[pages].reshape(-1, num_kv_heads, keys.shape[-1])[:length].to(dtype)
+        v = values[pages].reshape(-1, num_kv_heads, values.shape[-1])[:length].to(dtype)
+        for head in range(q.shape[1] if length else 0):
+            scores = (q[seq, head].to(dtype) @ k[:, head // group].T) * scale
+            out[seq, head] = (torch.softmax(scores, dim=-1) @ v[:, head // group]).double()
+    return out
+
+
+def tolerance_basis_failure(inputs: Inputs, ref: policy.Reference, scale: float) -> str | None:
+    """Why ``ref``'s torch error is not the error of attention in the inputs' dtype, or None.  The tolerance is
+    only as good as that number: measured in a wider dtype it fails honest kernels, inflated it passes anything."""
+    independent = float((dense_low_precision(inputs, scale) - ref.golden).abs().max())
+    if not independent / BASIS_SLACK <= ref.torch_error <= independent * BASIS_SLACK:
+        return (f"the policy's torch error {ref.torch_error:.3e} is not the {inputs.query.dtype} attention's error "
+                f"{independent:.3e} (within x{BASIS_SLACK})")
+    return None
+
+
 def test_policy_is_flash_attentions_rule() -> None:
-    """Twice torch's error plus a floor far below one ulp: torch's own output passes, 2.5 x its error fails."""
+    """Twice torch's error in the inputs' dtype plus a floor far below one ulp: that error recomputed here
+    (not by the policy's own code) matches the policy's, and 2.5 x it fails."""
     case = CASES[1]
     inputs = make_inputs(case)
     ref = golden(inputs, 1 / math.sqrt(case.head_dim))
     assert ref.allowed_error == policy.ERROR_FACTOR * ref.torch_error + policy.ERROR_FLOOR
     assert torch.finfo(torch.float16).eps / 100 > policy.ERROR_FLOOR
-    low = policy.attention(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_table, inputs.lens,
-                           1 / math.sqrt(case.head_dim), inputs.query.dtype)
-    assert compare(low, ref).worst_ratio <= 1 / policy.ERROR_FACTOR + 1e-9
+    failure = tolerance_basis_failure(inputs, ref, 1 / math.sqrt(case.head_dim))
+    assert failure is None, failure
+    assert compare(dense_low_precision(inputs, 1 / math.sqrt(case.head_dim)), ref).passed
     too_far = ref.golden + 2.5 * ref.torch_error
     assert not compare(too_far, ref).passed
+
+
+def test_negative_tolerance_basis_measured_wrong() -> None:
+    """Negative control for the check above: a torch error measured in float32 (a tolerance too tight for any
+    fp16/bf16 kernel) or inflated tenfold (one no wrong output could exceed) is refused."""
+    case = CASES[1]
+    inputs = make_inputs(case)
+    scale = 1 / math.sqrt(case.head_dim)
+    ref = golden(inputs, scale)
+    wide = policy.attention(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_table, inputs.lens,
+                            scale, torch.float32)
+    in_float32 = dataclasses.replace(ref, torch_error=float((wide.double() - ref.golden).abs().max()))
+    assert tolerance_basis_failure(inputs, in_float32, scale) is not None
+    assert tolerance_basis_failure(inputs, dataclasses.replace(ref, torch_error=10 * ref.torch_error),
+                                   scale) is not None
 
 
 # ---- script ----------------------------------------------------------------------------------------------
