@@ -15,6 +15,9 @@ JSON schema (``schema_version`` 1), one object:
 * ``records``: one :class:`BenchRecord` per (shape id, implementation); ``roofline`` holds the shape's roofline
   on an A2 (``benchmark/roofline.py``: FLOPs, bytes, FLOP/byte against the ridge, ``bound``, the floor time, the
   same for the K/V traffic pa-kit's plan reads) and ``bound`` its label, ``memory-bound`` or ``compute-bound``;
+  on ``sim`` ``percent_of_peak``, ``pa_kit_speedup`` and ``best_peer_speedup`` are None (simulated wall time is
+  not device time); with ``--predict`` pa-kit's ``prediction`` holds ``predicted_us``, ``band_us`` [optimistic,
+  pessimistic] and, for a published shape, the speed-up over IFA's published time at both;
 * ``extras``: free-form per-backend figures (the simulation's per-launch counters).
 """
 
