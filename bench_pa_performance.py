@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see README, "Environment"
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see docs/API.md, "Environment variables"
 
 import argparse
 import shlex

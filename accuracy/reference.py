@@ -30,7 +30,8 @@ ERROR_FLOOR = 1e-6
 
 @dataclass(frozen=True)
 class Features:
-    """The decode features beyond plain attention, with the semantics every part of pa-kit shares (README).
+    """The decode features beyond plain attention, with the semantics every part of pa-kit shares (docs/API.md,
+    "Decode features").
 
     ``window_left = W >= 0`` keeps keys ``max(0, p - W) .. p`` of a query token at position ``p``; -1 keeps all.
     ``sinks`` ``[num_heads]``: one logit per query head that joins the softmax denominator only.

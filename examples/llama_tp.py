@@ -4,8 +4,9 @@ launch per rank and layer on that rank's heads, the attention output projection 
     python examples/llama_tp.py --ranks 2            # gloo on the CPU (mock device); prints rank 0's tokens
 
 Each rank builds the same model from the same seed, keeps the KV cache of its own KV heads only, and runs
-:class:`paged_llama.PagedLlamaDecoder` with ``tp_rank``/``tp_size``.  On an NPU the same code runs with the
-``hccl`` backend that torch_npu registers (pass ``--dist-backend hccl`` and the npu pa-kit backend).
+:class:`paged_llama.PagedLlamaDecoder` with ``tp_rank``/``tp_size``.  On an NPU the same worker would run with the
+``hccl`` backend that torch_npu registers (``tp_worker``'s ``dist_backend``; the command line runs gloo only, and
+hccl has not been tried).
 """
 
 from __future__ import annotations

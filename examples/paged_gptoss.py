@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see the README, "Environment"
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see docs/API.md, "Environment variables"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: paged_llama, then launcher
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 

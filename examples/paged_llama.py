@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see the README, "Environment"
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # before torch: see docs/API.md, "Environment variables"
 
 from dataclasses import dataclass, field
 from typing import Any

@@ -6,9 +6,13 @@ capacity allows, the runner's own block table and the default output.  :meth:`Pa
 plans a step of any batch size up to the capacity and stages its tiling words in one of two host buffers,
 uploaded in order on the launch stream (so the next step's update may overlap this step's launches);
 :meth:`PagedAttentionRunner.run` checks the layer's tensors and launches, and allocates nothing (the default lse,
-when the runner returns one, is a view of a buffer allocated with the output).  Apart from
-the launch, two things happen on the launch path because the contract requires them: the split-KV partials
-are zeroed when the plan splits the KV range, and an external ATB-ABI kernel's empty rows are zeroed after it.
+when the runner returns one, is a view of a buffer allocated with the output).  Apart from the checks and
+the launch, two things happen on the launch path, both for an external ATB-ABI kernel only: its split-KV
+partials are zeroed before a split-KV launch, and its empty sequences' rows after it (pa-kit's kernels write
+both themselves).
+
+Over 400 lines because it is one class whose planning and launch halves share the cached launch state; the
+buffers (``staging``), the checks (``run_guard``, ``validation``) and MLA (``mla``) already live apart.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ _V_ARG, _O_ARG = FIRST_POINTER_ARG + ArgSlot.V, FIRST_POINTER_ARG + ArgSlot.O
 
 
 class PagedAttentionRunner:
-    """Paged-attention decode, planned once per step and launched once per layer (see the README's table).
+    """Paged-attention decode, planned once per step and launched once per layer (docs/API.md).
 
     Two ways in.  ``PagedAttentionRunner(query, key_cache, value_cache, block_table, context_lens, ...)`` binds
     one batch's tensors (``runner()`` launches on them) and takes its capacity from them unless ``max_batch=``
@@ -52,7 +56,7 @@ class PagedAttentionRunner:
     (``"auto"``, ``"bn"``, ``"split_kv"``), ``batch_invariant``, ``handoff_tokens`` (None = the planner's
     choice, or a multiple of 512; an external ATB-ABI kernel always gets ABI v1's scratch and 512).
 
-    Decode features (README, "Decode features"): ``q_len`` query tokens per sequence (from a 4-D query
+    Decode features (docs/API.md, "Decode features"): ``q_len`` query tokens per sequence (from a 4-D query
     ``[b, q_len, h, d]``, or ``for_engine(q_len=)``; the output has the query's shape), ``window_left`` (-1: no
     window, W >= 0: keys ``p - W .. p``), ``sinks`` (a ``[num_heads]`` float32/float16/bfloat16 tensor;
     ``for_engine`` takes ``sinks_dtype`` and each ``run`` its layer's ``sinks=``) and ``return_lse`` (launches

@@ -213,12 +213,12 @@ def plan_paged_attention(
     (tools that rank grids, :mod:`timing.plan_search`, :mod:`timing.ragged`); a ragged batch still gets its
     balanced gather order for it, as a forced strategy does.
 
-    Decode features (README, "Decode features"): ``q_len`` query tokens per sequence (``context_lens`` counts
+    Decode features (docs/API.md, "Decode features"): ``q_len`` query tokens per sequence (``context_lens`` counts
     them; a task then holds heads x q_len rows, at most ``abi.MAX_TASK_ROWS``), ``window_left`` (-1 or W >= 0:
     the grid and the splits cover only the pages from each sequence's first window page on), ``sinks_dtype``
     (None, 'fp32', 'fp16', 'bf16') and ``return_lse``.
 
-    MLA (README, "MLA decode"): ``rope_dim`` = ``abi.MLA_ROPE_DIM`` plans an absorbed-MLA step, with ``head_dim``
+    MLA (docs/API.md, "MLA decode"): ``rope_dim`` = ``abi.MLA_ROPE_DIM`` plans an absorbed-MLA step, with ``head_dim``
     the latent width (``abi.MLA_LATENT_DIM``) and ``num_kv_heads`` 1; every other option means what it means
     for GQA (the latent is one KV head that all query heads share).
     """
