@@ -30,6 +30,7 @@ class Isa(IntEnum):
     AVX2 = 2
     AVX512 = 3
     AVX512BF16 = 4
+    AMX = 5
 
 
 #: The paths that compute the same bits (portable order, fused multiply-adds).

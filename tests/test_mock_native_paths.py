@@ -1,8 +1,9 @@
-"""The mock's native arithmetic (``Isa.AVX512BF16``: AVX512-BF16 dot products for bf16 Q.K and P.V) and its
-fallbacks: every path this CPU has passes the float64 golden on GQA and MLA launches in awkward shapes; each
-path can be forced and one the CPU lacks is refused; AUTO picks the widest exact path (the native one was measured
-slower, kernel/mock/PERFORMANCE.md step 22); and the native path really runs (its bits differ from the exact
-paths', which agree among themselves)."""
+"""The mock's native arithmetic (``Isa.AVX512BF16``: AVX512-BF16 dot products, ``Isa.AMX``: AMX-BF16 tile
+products, each for bf16 Q.K and P.V) and its fallbacks: every path this CPU has passes the float64 golden on GQA
+and MLA launches in awkward shapes; each path can be forced and one the CPU lacks is refused; AUTO picks AMX where
+present, else the widest exact path (AVX512-BF16 was measured slower, kernel/mock/PERFORMANCE.md steps 22-23);
+each native path really runs (its bits differ from the exact paths', which agree among themselves); and AMX
+shares its thread with torch's own AMX kernels."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.test_mla_mock import run_mock as run_mla
 
 Isa = mock_api.Isa
 PATHS = [isa for isa in Isa if isa != Isa.AUTO]
+NATIVE = [isa for isa in PATHS if isa not in mock_api.EXACT_ISAS]
 
 
 def cpu_flags() -> set[str]:
@@ -33,7 +35,8 @@ def cpu_flags() -> set[str]:
 #: /proc/cpuinfo's names of what each path needs (the library's own test is __builtin_cpu_supports).
 NEEDS = {Isa.PORTABLE: set(), Isa.AVX2: {"avx2", "fma", "f16c"},
          Isa.AVX512: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
-         Isa.AVX512BF16: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c", "avx512_bf16"}}
+         Isa.AVX512BF16: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c", "avx512_bf16"},
+         Isa.AMX: {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c", "amx_tile", "amx_bf16"}}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,9 @@ def test_every_path_is_available_exactly_where_the_cpu_has_it(lib: ctypes.CDLL) 
     for isa in PATHS:
         assert bool(lib.pa_mock_isa_available(isa)) == NEEDS[isa].issubset(flags), isa.name
     best = max((isa for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)), key=int)
-    assert lib.pa_mock_best_isa() == best  # AUTO: the widest exact path
+    if lib.pa_mock_isa_available(Isa.AMX):
+        best = Isa.AMX
+    assert lib.pa_mock_best_isa() == best  # AUTO: AMX where present, else the widest exact path
 
 
 def test_a_path_the_cpu_lacks_is_refused_at_launch(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -71,6 +76,8 @@ GQA_CASES = [
     dict(lens=[77, 200], num_heads=32, num_kv_heads=8, head_dim=128, block_size=128, strategy="bn"),
     dict(lens=[45, 3], num_heads=6, num_kv_heads=6, head_dim=256, block_size=16, strategy="auto"),
     dict(lens=[99, 16], num_heads=4, num_kv_heads=1, head_dim=48, block_size=16, strategy="auto"),
+    # 12 q rows per kv head: not a divisor of AMX's 16-row groups
+    dict(lens=[150, 31], num_heads=24, num_kv_heads=2, head_dim=128, block_size=64, strategy="bn"),
 ]
 
 
@@ -103,28 +110,49 @@ def test_every_path_passes_the_mla_golden(lib: ctypes.CDLL, heads: int, q_len: i
         assert compare_lse(lse, ref).passed, isa.name
 
 
-def test_the_native_path_runs_and_the_exact_paths_agree(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
-    """bf16: the native path's bits differ from the exact paths' somewhere (so it is the one computing), while the
-    exact paths agree bit for bit; fp16 launches on the native path are the AVX-512 path's, bit for bit."""
-    if not lib.pa_mock_isa_available(Isa.AVX512BF16):
-        pytest.skip("this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("native_isa", NATIVE)
+def test_the_native_path_runs_and_the_exact_paths_agree(lib: ctypes.CDLL, rng: np.random.Generator,
+                                                        native_isa: Isa) -> None:
+    """bf16: a native path's bits differ from the exact paths' somewhere (so it is the one computing), while the
+    exact paths agree bit for bit; fp16 launches on a native path are the AVX-512 path's, bit for bit."""
+    if not lib.pa_mock_isa_available(native_isa):
+        pytest.skip(f"this CPU cannot run {native_isa.name}")
     for dtype in ("bf16", "fp16"):
         case = h.make_case(rng, [300, 129, 77], num_heads=8, num_kv_heads=2, head_dim=128, block_size=16,
                            dtype=dtype)
-        native = h.launch(lib, case, isa=int(Isa.AVX512BF16))
+        native = h.launch(lib, case, isa=int(native_isa))
         exact = [h.launch(lib, case, isa=int(isa)) for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)]
         assert all(np.array_equal(exact[0].out, e.out) for e in exact[1:])
         assert np.array_equal(native.out, exact[0].out) == (dtype == "fp16"), dtype
 
 
-def test_the_native_path_flushes_bf16_subnormal_inputs(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
-    """VDPBF16PS treats subnormal inputs as zero: V rows of about 1e-39 give zero rows where the exact paths give
-    subnormal ones; both are within the golden's tolerance (the difference is below 1e-38)."""
-    if not lib.pa_mock_isa_available(Isa.AVX512BF16):
-        pytest.skip("this CPU has no AVX512-BF16")
+@pytest.mark.parametrize("native_isa", NATIVE)
+def test_the_native_path_flushes_bf16_subnormal_inputs(lib: ctypes.CDLL, rng: np.random.Generator,
+                                                       native_isa: Isa) -> None:
+    """VDPBF16PS and TDPBF16PS treat subnormal inputs as zero: V rows of about 1e-39 give zero rows where the exact
+    paths give subnormal ones; both are within the golden's tolerance (the difference is below 1e-38)."""
+    if not lib.pa_mock_isa_available(native_isa):
+        pytest.skip(f"this CPU cannot run {native_isa.name}")
     case = h.make_case(rng, [100, 37], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype="bf16")
     case.v = h.to_bits(h.from_bits(case.v, "bf16") * 1e-39, "bf16")
-    native, exact = (h.launch(lib, case, isa=int(isa)).out for isa in (Isa.AVX512BF16, Isa.AVX512))
+    native, exact = (h.launch(lib, case, isa=int(isa)).out for isa in (native_isa, Isa.AVX512))
     assert not native.any() and np.count_nonzero(exact) > exact.size // 2
     for out in (native, exact):
         assert compare(torch.from_numpy(h.from_bits(out, "bf16")), h.golden(case)).passed
+
+
+def test_amx_shares_its_thread_with_torch(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """torch's bf16 matmuls (oneDNN) configure AMX tiles on the same thread as a launch: the mock's path loads its
+    own tile configuration when it finds another, and leaves torch's results as they were."""
+    if not lib.pa_mock_isa_available(Isa.AMX):
+        pytest.skip("this CPU has no AMX-BF16")
+    case = h.make_case(rng, [300, 77], num_heads=32, num_kv_heads=2, head_dim=128, block_size=32, dtype="bf16")
+    a = torch.randn(512, 1024, dtype=torch.bfloat16)  # large enough for oneDNN's AMX kernels (ONEDNN_VERBOSE=1)
+    b = torch.randn(1024, 384, dtype=torch.bfloat16)
+    before = a @ b
+    first = h.launch(lib, case, isa=int(Isa.AMX)).out
+    between = a @ b
+    second = h.launch(lib, case, isa=int(Isa.AMX)).out
+    assert np.array_equal(first, second)
+    assert torch.equal(before, between) and torch.equal(before, a @ b)
+    assert compare(torch.from_numpy(h.from_bits(second, "bf16")), h.golden(case)).passed

@@ -1,9 +1,17 @@
 /*
- * Run-time choice of the SIMD path: the fastest one this CPU supports (AVX-512, AVX2, portable), or the one a
- * binding asks for (the native AVX512-BF16 path, or a fallback; a path the CPU lacks is refused).
+ * Run-time choice of the SIMD path: the fastest one this CPU supports (AMX, AVX-512, AVX2, portable), or the one
+ * a binding asks for (the native AVX512-BF16 path, or a fallback; a path the CPU lacks is refused).
  * The library is built with portable flags; the SIMD files carry their own target pragmas.
  */
 #include "mock_internal.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define PA_ARCH_REQ_XCOMP_PERM 0x1023 /* <asm/prctl.h> */
+#define PA_XFEATURE_XTILEDATA 18
+#endif
 
 static int cpu_has_avx512(void) {
 #if defined(__x86_64__)
@@ -24,6 +32,25 @@ static int cpu_has_avx512bf16(void) {
 #endif
 }
 
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), and the kernel's leave to use the tile data
+ * (Linux asks each process to request it: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, once). */
+static int cpu_has_amx(void) {
+#if defined(__x86_64__)
+    static int answer = -1;
+    int known = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
+    if (known >= 0) {
+        return known;
+    }
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int ok = cpu_has_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1u) && (d >> 22 & 1u) &&
+             syscall(SYS_arch_prctl, PA_ARCH_REQ_XCOMP_PERM, PA_XFEATURE_XTILEDATA) == 0;
+    __atomic_store_n(&answer, ok, __ATOMIC_RELEASE);
+    return ok;
+#else
+    return 0;
+#endif
+}
+
 static int cpu_has_avx2(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -33,10 +60,15 @@ static int cpu_has_avx2(void) {
 #endif
 }
 
-/* AUTO: the exact AVX-512 path before the native one.  VDPBF16PS was measured at ~1.9 cycles per instruction on
- * the Xeon hosts this runs on (an fp32 FMA: 0.5), so per multiply-add it costs twice the widen-and-FMA path
- * (kernel/mock/PERFORMANCE.md, step 22); the native path is there to be chosen where it is faster. */
+/* AUTO: AMX where the CPU has it (bf16 Q.K and P.V as tile products: MLA at 128 heads 3x faster than AVX-512,
+ * GQA decode a few per cent, since it is bound by the KV read; fp16 launches run the AVX-512 code on it), else
+ * the widest exact path.  The AVX512-BF16 path is not chosen: VDPBF16PS was measured at ~1.9 cycles per
+ * instruction on the Xeon hosts this runs on (an fp32 FMA: 0.5), twice the widen-and-FMA path per multiply-add
+ * (kernel/mock/PERFORMANCE.md, steps 22 and 23). */
 int32_t pa_math_best_isa(void) {
+    if (cpu_has_amx()) {
+        return PA_MOCK_ISA_AMX;
+    }
     if (cpu_has_avx512()) {
         return PA_MOCK_ISA_AVX512;
     }
@@ -60,6 +92,8 @@ const pa_math_ops *pa_math_select(int32_t isa) {
         return cpu_has_avx512() ? &pa_math_avx512 : 0;
     case PA_MOCK_ISA_AVX512BF16:
         return cpu_has_avx512bf16() ? &pa_math_avx512bf16 : 0;
+    case PA_MOCK_ISA_AMX:
+        return cpu_has_amx() ? &pa_math_amx : 0;
 #endif
     default:
         return 0;

@@ -55,6 +55,10 @@ typedef struct pa_worker_buf {
     float q[PA_TASK_ELEMS];                    /* task q rows in fp32                                    */
     float go[PA_TASK_ELEMS];                   /* running output                                         */
     float q_rope[PA_TASK_ROWS * PA_MLA_ROPE_DIM]; /* MLA: the task's q rope rows in fp32                */
+    /* q and q rope rows as the path's pack_q packed them (rows rounded up to a tile), when it did */
+    uint16_t q_packed[PA_TASK_ELEMS + PA_AMX_TILE_ROWS * PA_MOCK_MAX_ROW_DIM];
+    uint16_t q_rope_packed[(PA_TASK_ROWS + PA_AMX_TILE_ROWS) * PA_MLA_ROPE_DIM];
+    int q_is_packed, q_rope_is_packed;
     float s_rope[PA_S_HALF_ELEMS];             /* MLA: a page segment's rope scores, added into S        */
     float gm[PA_TASK_ROWS], gl[PA_TASK_ROWS], dm[PA_TASK_ROWS], ll[PA_TASK_ROWS];
     unsigned char started[PA_TASK_ROWS];       /* the row has met a key it may see (window, causality)   */

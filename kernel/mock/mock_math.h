@@ -1,6 +1,7 @@
 /*
  * The mock's arithmetic, one table of functions per SIMD path (portable, AVX2+FMA+F16C, AVX-512, and the
- * native AVX512-BF16 path, whose own Q.K and P.V are described in mock_math_avx512bf16.c).
+ * native AVX512-BF16 and AMX paths, whose own Q.K and P.V are described in mock_math_avx512bf16.c and
+ * mock_math_amx.c).
  *
  * Every exact path computes the same values bit for bit:
  *  - dot products (Q.K) use 16 lanes: lane l accumulates elements d = l, l+16, ... in ascending order, then
@@ -22,6 +23,8 @@
 #define PA_PREFETCH_LOCALITY 2 /* __builtin_prefetch: keep in the outer caches                            */
 #define PA_LINE_BYTES 64
 #define PA_IN_ELEM_BYTES 2 /* fp16 / bf16                                                                 */
+#define PA_AMX_TILE_ROWS 16 /* rows of an AMX tile: q rows of a packed group (mock_math_amx.c)                */
+#define PA_AMX_TILE_K 32    /* bf16 values of an AMX tile row: dims of a packed chunk                         */
 
 /* Prefetch one K/V row of `d` IN-dtype values (no-op for NULL). */
 static inline void pa_prefetch_row(const uint16_t *row, int32_t d) {
@@ -49,6 +52,12 @@ typedef struct pa_math_ops {
     void (*pv)(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
                int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
                const uint16_t *const *vpf);
+    /* Optional (NULL on the paths without it): a task's q rows packed for qk_packed.  Returns 0, packing
+     * nothing, when the path would not use a packing for this launch (then qk serves it). */
+    int (*pack_q)(const float *q, int32_t rows, int32_t d, int bf16, uint16_t *packed);
+    /* Like qk, for rows [row0, row0 + rows) of a task whose q rows pack_q packed (bf16 launches only). */
+    void (*qk_packed)(const uint16_t *packed, int32_t row0, int32_t rows, int32_t d, const uint16_t *k,
+                      int64_t k_stride, int32_t ntok, float *s, int32_t s_stride, const uint16_t *const *pf);
     /* go = first ? o_tile : e * go + o_tile (separate multiply and add). */
     void (*rescale)(float *go, const float *o_tile, float e, int32_t d, int first);
     /* out[c] = IN(go[c] / gl). */
@@ -60,6 +69,7 @@ extern const pa_math_ops pa_math_portable;
 extern const pa_math_ops pa_math_avx2;
 extern const pa_math_ops pa_math_avx512;
 extern const pa_math_ops pa_math_avx512bf16;
+extern const pa_math_ops pa_math_amx;
 #endif
 
 /* The table for PA_MOCK_ISA_* `isa` (AUTO = best), or NULL if this CPU cannot run it. */

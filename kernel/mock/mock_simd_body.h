@@ -250,12 +250,17 @@ static void simd_store_row(const float *go, float gl, int32_t d, uint16_t *out, 
     }
 }
 
-/* A path may replace Q.K and P.V with its own (mock_math_avx512bf16.c), keeping these as its fallbacks. */
+/* A path may replace Q.K and P.V with its own (mock_math_avx512bf16.c, mock_math_amx.c), keeping these as its
+ * fallbacks. */
 #ifndef PA_SIMD_QK_ENTRY
 #define PA_SIMD_QK_ENTRY simd_qk
 #endif
 #ifndef PA_SIMD_PV_ENTRY
 #define PA_SIMD_PV_ENTRY simd_pv
+#endif
+#ifndef PA_SIMD_PACK_Q /* a path with its own packed-q Q.K (mock_math_amx.c) */
+#define PA_SIMD_PACK_Q 0
+#define PA_SIMD_QK_PACKED 0
 #endif
 
 const pa_math_ops PA_SIMD_TABLE = {
@@ -264,6 +269,8 @@ const pa_math_ops PA_SIMD_TABLE = {
     .qk = PA_SIMD_QK_ENTRY,
     .softmax_row = simd_softmax_row,
     .pv = PA_SIMD_PV_ENTRY,
+    .pack_q = PA_SIMD_PACK_Q,
+    .qk_packed = PA_SIMD_QK_PACKED,
     .rescale = simd_rescale,
     .store_row = simd_store_row,
 };

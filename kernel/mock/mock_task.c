@@ -100,8 +100,13 @@ static int32_t add_rope_scores(const pa_launch *L, const pa_task *T, const pa_ti
     if (rc) {
         return rc;
     }
-    L->ops->qk(buf->q_rope, (int32_t)T->rows, (int32_t)r_dim, L->k_rope + base_row * r_dim, r_dim, (int32_t)count,
-               buf->s_rope, (int32_t)count, L->c.bf16, 0);
+    if (buf->q_rope_is_packed) {
+        L->ops->qk_packed(buf->q_rope_packed, 0, (int32_t)T->rows, (int32_t)r_dim, L->k_rope + base_row * r_dim,
+                          r_dim, (int32_t)count, buf->s_rope, (int32_t)count, 0);
+    } else {
+        L->ops->qk(buf->q_rope, (int32_t)T->rows, (int32_t)r_dim, L->k_rope + base_row * r_dim, r_dim,
+                   (int32_t)count, buf->s_rope, (int32_t)count, L->c.bf16, 0);
+    }
     for (uint32_t r = 0; r < T->rows; ++r) {
         float *srow = t->s + (int64_t)r * t->cols + col;
         const float *rope = buf->s_rope + (int64_t)r * count;
@@ -145,7 +150,10 @@ static int32_t cube_pass(const pa_launch *L, const pa_task *T, const pa_tile *t,
             uint32_t r0 = (h_lo - T->head0) * L->c.q_len, rows = (h_hi - h_lo) * L->c.q_len;
             const uint16_t *kv = cache + base + (int64_t)kvh * d;
             const uint16_t *const *ahead = buf->rows + schedule_pos + PA_PREFETCH_AHEAD_ROWS;
-            if (qk) {
+            if (qk && buf->q_is_packed) {
+                L->ops->qk_packed(buf->q_packed, (int32_t)r0, rows, d, kv, row_stride, count,
+                                  t->s + (int64_t)r0 * t->cols + col, t->cols, ahead);
+            } else if (qk) {
                 L->ops->qk(buf->q + (int64_t)r0 * d, rows, d, kv, row_stride, count,
                            t->s + (int64_t)r0 * t->cols + col, t->cols, L->c.bf16, ahead);
             } else {
@@ -381,6 +389,11 @@ static int32_t start_task(const pa_launch *L, pa_task *T, uint32_t core, int who
                           buf->q_rope + (int64_t)r * r_dim, L->c.bf16);
         }
     }
+    buf->q_is_packed = L->ops->pack_q && L->ops->pack_q(buf->q, (int32_t)T->rows, (int32_t)d, L->c.bf16,
+                                                         buf->q_packed);
+    buf->q_rope_is_packed = L->c.rope_dim && L->ops->pack_q &&
+                            L->ops->pack_q(buf->q_rope, (int32_t)T->rows, (int32_t)L->c.rope_dim, L->c.bf16,
+                                           buf->q_rope_packed);
     memset(buf->started, 0, T->rows);
     *tiles = (T->len + L->c.tile_tokens - 1) / L->c.tile_tokens;
     return PA_OK;

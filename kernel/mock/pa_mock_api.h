@@ -38,7 +38,8 @@
 #define PA_MOCK_ISA_AVX2 2       /* AVX2 + FMA + F16C                                                  */
 #define PA_MOCK_ISA_AVX512 3     /* AVX-512 F + BW + VL                                                 */
 #define PA_MOCK_ISA_AVX512BF16 4 /* native: AVX-512 + AVX512-BF16 dot products for bf16 Q.K and P.V     */
-#define PA_MOCK_NUM_ISAS 5
+#define PA_MOCK_ISA_AMX 5        /* native: AVX-512 + AMX-BF16 tile products for bf16 Q.K and P.V          */
+#define PA_MOCK_NUM_ISAS 6
 
 typedef struct pa_mock_config {
     uint64_t extent_bytes[PA_NUM_PTR_ARGS]; /* bytes behind each pointer slot; 0 for a NULL slot         */
