@@ -3,6 +3,8 @@
 Expected values come from SEMANTICS.md's formulas written out here in numpy (never from pto-isa code).  Inputs
 are fresh random values; destination memory keeps the emulator's hostile fill (or a poison the test writes), so a
 byte the intrinsic should not touch, or should have written and did not, shows.
+
+Over 400 lines because it holds one known answer per emulated intrinsic, in SEMANTICS.md's order.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The mock NPU device, driven through ctypes directly (no launcher): numerics against a float64 golden,
 faithfulness of the scratch round trip, determinism, and every contract check with its error record.
+
+Over 400 lines because the contract checks are one table of corrupted launches with their expected records,
+driven by one set of ctypes helpers; split by topic, each file would repeat the helpers.
 """
 
 from __future__ import annotations
