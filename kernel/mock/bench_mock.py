@@ -34,7 +34,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=128)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--isa", type=int, default=0, help="0 auto, 1 portable, 2 avx2, 3 avx512")
+    parser.add_argument("--isa", type=int, default=0,
+                        help="0 auto, 1 portable, 2 avx2, 3 avx512, 4 avx512bf16, 5 amx (launcher.mock_api.Isa)")
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--dtypes", default="fp16,bf16")
     args = parser.parse_args()
