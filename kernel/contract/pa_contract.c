@@ -3,6 +3,8 @@
  * on the calling thread, in the mock device and in the simulation alike.  Its checks cost O(batch) and run
  * in checked and unchecked mode, so a contract error never depends on the mode, the thread count or the
  * kernel behind the library.
+ * Over 400 lines: one checker is the single statement of the host's obligations (tiling words, ranges, tables,
+ * workspace); split, the rules would drift between files.
  */
 #include "pa_contract.h"
 

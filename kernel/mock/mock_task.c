@@ -3,6 +3,8 @@
  * former and tail passes do (docs/CONTRACT.md, "Task loop"), each run tile by tile through the per-core
  * scratch buffers at the kernel's strides ("Per-core scratch"): S (fp32) -> P (IN dtype) -> O_tile (fp32) ->
  * online rescale.  An MLA launch (ABI v4) adds each rope dot to its latent dot in S and reads the latent as V.
+ * Over 400 lines: the task enumeration, the tile pipeline and the result write are one core's partial phase
+ * and share its static helpers and prefetch schedule; apart, they would share them through mock_internal.h.
  */
 #include <math.h>
 #include <string.h>

@@ -12,6 +12,9 @@
  * wrappers are the device's, plus what a host process needs: on-chip addresses carry the emulator's tag, a scalar
  * read of UB goes to the emulated UB, and a synchronisation edge can be dropped or mutated for the hazard
  * checker's negative controls (devsim/devsim_hooks.hpp).
+ *
+ * Over 400 lines: every wrapper carries its three build modes side by side, so the device's instruction and what
+ * the simulations record of it are read together.
  */
 #ifndef PA_PLATFORM_HPP
 #define PA_PLATFORM_HPP
