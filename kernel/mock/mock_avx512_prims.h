@@ -102,4 +102,19 @@ static inline void v_reduce_add_block(const V16 *acc, float *out) {
 
 static inline float v_reduce_max(V16 v) { return _mm512_reduce_max_ps(v); }
 
+/* row[0 .. 31] (accumulate ? += : =) 32 columns from the two halves that pairing bf16 rows with
+ * vpunpck{l,h}wd leaves them in (the native paths' P.V): lane k of `lo` holds column 8 (k / 4) + k % 4, lane k of
+ * `hi` column 8 (k / 4) + 4 + k % 4. */
+static inline void v_store_unpacked(float *row, V16 lo, V16 hi, int accumulate) {
+    const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    V16 x0 = _mm512_permutex2var_ps(lo, first, hi), x1 = _mm512_permutex2var_ps(lo, second, hi);
+    if (accumulate) {
+        x0 = _mm512_add_ps(_mm512_loadu_ps(row), x0);
+        x1 = _mm512_add_ps(_mm512_loadu_ps(row + PA_LANES), x1);
+    }
+    _mm512_storeu_ps(row, x0);
+    _mm512_storeu_ps(row + PA_LANES, x1);
+}
+
 #endif /* PA_MOCK_AVX512_PRIMS_H */

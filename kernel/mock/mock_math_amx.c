@@ -227,20 +227,11 @@ static void pair_v(const uint16_t *v, int64_t v_stride, int32_t m, int32_t c0, u
 
 /* o[r][c0 .. c0 + 63] (accumulate ? += : =) the C tiles' rows, columns put back in order (see pair_v). */
 static void put_output(const float *ct, int32_t nr, int32_t c0, float *o, int32_t o_stride, int accumulate) {
-    const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     for (int32_t r = 0; r < nr; ++r) {
         for (int32_t h = 0; h < 2; ++h) {
-            const __m512 lo = _mm512_loadu_ps(ct + ((int64_t)(2 * h) * T_ROWS + r) * T_COLS);
-            const __m512 hi = _mm512_loadu_ps(ct + ((int64_t)(2 * h + 1) * T_ROWS + r) * T_COLS);
-            float *row = o + (int64_t)r * o_stride + c0 + h * T_BF16;
-            __m512 x0 = _mm512_permutex2var_ps(lo, first, hi), x1 = _mm512_permutex2var_ps(lo, second, hi);
-            if (accumulate) {
-                x0 = _mm512_add_ps(_mm512_loadu_ps(row), x0);
-                x1 = _mm512_add_ps(_mm512_loadu_ps(row + PA_LANES), x1);
-            }
-            _mm512_storeu_ps(row, x0);
-            _mm512_storeu_ps(row + PA_LANES, x1);
+            v_store_unpacked(o + (int64_t)r * o_stride + c0 + h * T_BF16,
+                             _mm512_loadu_ps(ct + ((int64_t)(2 * h) * T_ROWS + r) * T_COLS),
+                             _mm512_loadu_ps(ct + ((int64_t)(2 * h + 1) * T_ROWS + r) * T_COLS), accumulate);
         }
     }
 }

@@ -113,8 +113,7 @@ static void bf16_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, 
 }
 
 /* o[r][c0 .. c0 + 31] (accumulate ? += : =) sum over tokens of p[r][j] v[j][c]: token pairs (j, j + 1) as bf16
- * pairs (V rows interleaved by unpack, P pairs broadcast).  The unpacks leave lane k of `lo` holding column
- * 8 * (k / 4) + k % 4 and of `hi` column 8 * (k / 4) + 4 + k % 4; the store puts the columns back in order. */
+ * pairs (V rows interleaved by unpack, P pairs broadcast); v_store_unpacked puts the columns back in order. */
 static void bf16_pv_block(const uint32_t *pp, int32_t pp_stride, int nr, const uint16_t *v, int64_t v_stride,
                           int32_t ntok, int32_t c0, float *o, int32_t o_stride, int accumulate,
                           const uint16_t *const *vpf, int32_t d) {
@@ -138,18 +137,8 @@ static void bf16_pv_block(const uint32_t *pp, int32_t pp_stride, int nr, const u
             hi_acc[r] = _mm512_dpbf16_ps(hi_acc[r], hi, pr);
         }
     }
-    const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     for (int r = 0; r < nr; ++r) {
-        float *row = o + (int64_t)r * o_stride + c0;
-        __m512 x0 = _mm512_permutex2var_ps(lo_acc[r], first, hi_acc[r]);
-        __m512 x1 = _mm512_permutex2var_ps(lo_acc[r], second, hi_acc[r]);
-        if (accumulate) {
-            x0 = _mm512_add_ps(_mm512_loadu_ps(row), x0);
-            x1 = _mm512_add_ps(_mm512_loadu_ps(row + PA_LANES), x1);
-        }
-        _mm512_storeu_ps(row, x0);
-        _mm512_storeu_ps(row + PA_LANES, x1);
+        v_store_unpacked(o + (int64_t)r * o_stride + c0, lo_acc[r], hi_acc[r], accumulate);
     }
 }
 
