@@ -1,4 +1,5 @@
-"""What the end-to-end model tests share: importing an example model only when a test needs it."""
+"""What the end-to-end model tests share: where the examples are, the dtypes they run in, and importing an example
+model only when a test needs it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+#: The dtypes each model decodes in, by the names the tests are parametrized with.
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def import_example(name: str) -> ModuleType:

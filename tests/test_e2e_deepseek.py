@@ -33,20 +33,16 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from accuracy.reference import mla_reference
-from tests.e2e_support import import_example
+from tests.e2e_support import DTYPES, EXAMPLES, ROOT, import_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.e2e
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: The references: transformers' forward in each dtype, and in fp32 (the exact one).
 REFERENCE_DTYPES = {**DTYPES, "fp32": torch.float32}
 TOLERANCE_FACTOR = 2.0

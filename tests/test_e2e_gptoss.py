@@ -26,19 +26,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.e2e_support import import_example
+from tests.e2e_support import DTYPES, EXAMPLES, ROOT, import_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.e2e
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Prompts of different lengths; steps enough for the 24-token window to slide over several 16-token pages.
 PROMPT_LENS = (5, 12, 1)
 STEPS = 64

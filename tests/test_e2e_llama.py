@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +24,8 @@ from built_library import library_or_skip
 
 from launcher import PagedAttentionRunner
 from launcher.library import library_path
-from tests.e2e_support import import_example
+from tests.e2e_support import DTYPES, EXAMPLES, ROOT, import_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
 pytestmark = pytest.mark.e2e
 
 
@@ -36,7 +33,6 @@ def _examples() -> Any:
     return import_example("paged_llama")
 
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Prompts of different lengths (ragged batch), and steps enough for several 16-token pages per sequence.
 PROMPT_LENS = (5, 12, 1)
 STEPS = 40
