@@ -17,7 +17,7 @@ from launcher import layout
 from tiling import abi
 
 MESSAGE_BYTES = 256
-LAYOUT_WORDS = 16
+LAYOUT_WORDS = 17
 
 
 class Isa(IntEnum):
@@ -46,6 +46,7 @@ class MockConfig(ctypes.Structure):
         ("checked", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
         ("isa", ctypes.c_int32),
+        ("gang_cores", ctypes.c_int32),
     ]
 
 

@@ -130,7 +130,7 @@ class Launch:
 
 
 def launch(
-    lib: ctypes.CDLL, case: Case, *, checked: bool = True, threads: int = 0, isa: int = 0,
+    lib: ctypes.CDLL, case: Case, *, checked: bool = True, threads: int = 0, isa: int = 0, gang_cores: int = 0,
     tiling: np.ndarray | None = None, buffers: dict[int, np.ndarray] | None = None,
     extents: dict[int, int] | None = None, pointers: dict[int, int | None] | None = None,
     block_dim: int | None = None, num_blocks: int | None = None,
@@ -157,6 +157,7 @@ def launch(
     config.checked = int(checked)
     config.num_threads = threads
     config.isa = isa
+    config.gang_cores = gang_cores
     assert lib.pa_mock_bind(ctypes.byref(config)) == 0
     dim = case.plan.block_dim if block_dim is None else block_dim
     code = lib.call_kernel(dim, None, *ptrs)

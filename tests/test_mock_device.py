@@ -270,6 +270,35 @@ def test_bitwise_same_for_any_thread_count(lib: ctypes.CDLL, rng: np.random.Gene
         assert all(np.array_equal(outs[0], o) for o in outs[1:]), strategy
 
 
+def test_gangs_give_the_bits_of_cores_run_alone(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """A host thread runs a sequence's head groups (or KV splits) together by default (gang_cores 0), reading each
+    KV row once for all of them; on every path, exact or native (whose sums follow the call boundaries), the
+    results are those of the logical cores run one at a time, whatever the gang."""
+    paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
+    for strategy in ("bn", "split_kv"):
+        case = h.make_case(rng, [700, 129, 0, 300, 65, 512, 33, 200], num_heads=32, num_kv_heads=8, head_dim=128,
+                           block_size=64, dtype="bf16", value_scale=2.0, strategy=strategy)
+        words = case.plan.tiling
+        head_groups = words[Word.FORMER_BATCH] and words[Word.FORMER_HEAD] < case.num_heads
+        assert head_groups or strategy == "split_kv", "the control needs several head groups per sequence to gang"
+        for isa in paths:
+            alone = h.launch(lib, case, isa=isa, gang_cores=1)
+            assert alone.code == 0, alone.error.message
+            for gang in (2, 3, 4, 0):
+                run = h.launch(lib, case, isa=isa, gang_cores=gang)
+                assert run.code == 0, run.error.message
+                assert np.array_equal(run.out, alone.out), (strategy, isa, gang)
+                for slot in (Slot.O_TMP, Slot.O_CORE, Slot.L):  # fp32: where a changed sum order shows
+                    assert np.array_equal(run.buffers[slot], alone.buffers[slot], equal_nan=True), (strategy, isa, slot)
+
+
+def test_gang_cores_out_of_range_is_refused(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    case = h.make_case(rng, [100], num_heads=8, num_kv_heads=2, head_dim=64, block_size=16)
+    for gang in (-1, 5):
+        error = expect(h.launch(lib, case, gang_cores=gang), Err.BAD_LAUNCH)
+        assert "gang_cores" in error.message.decode(), error.message
+
+
 def test_bitwise_same_for_every_simd_path(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
     """Large scores make P span fp16 subnormals and bf16's range; every path must agree bit for bit."""
     paths = [isa for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)]

@@ -21,6 +21,7 @@ PA_CONTRACT_EXPORT int32_t pa_mock_struct_layout(int64_t *out, int32_t n) {
         (int64_t)offsetof(pa_mock_config, checked),
         (int64_t)offsetof(pa_mock_config, num_threads),
         (int64_t)offsetof(pa_mock_config, isa),
+        (int64_t)offsetof(pa_mock_config, gang_cores),
         (int64_t)sizeof(pa_mock_error),
         (int64_t)offsetof(pa_mock_error, code),
         (int64_t)offsetof(pa_mock_error, arg_slot),

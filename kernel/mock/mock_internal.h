@@ -40,6 +40,9 @@ typedef struct pa_where {
 } pa_where;
 
 #define PA_PREFETCH_AHEAD_ROWS 32 /* rows between a prefetch and the use of its data                     */
+/* Bytes of KV rows (whole rows) in a block of a page segment (mock_task.c, block_rows): a gang reads a block in
+ * address order before its cores compute on it, so a block stays in a 512 KiB L2 with room for the scratch. */
+#define PA_READ_BLOCK_BYTES (256 * 1024)
 
 /* The widest q/o row of any launch: MLA's latent (GQA heads are at most PA_MAX_HEAD_DIM). */
 #define PA_MOCK_MAX_ROW_DIM PA_MLA_LATENT_DIM
@@ -63,9 +66,9 @@ typedef struct pa_worker_buf {
     float gm[PA_TASK_ROWS], gl[PA_TASK_ROWS], dm[PA_TASK_ROWS], ll[PA_TASK_ROWS];
     unsigned char started[PA_TASK_ROWS];       /* the row has met a key it may see (window, causality)   */
     float p_f32[PA_S_HALF_ELEMS];                    /* P of one tile, read back and widened for P.V    */
-    /* Rows in the order the cube reads them: this tile's K (Q.K), its V (P.V), then the next tile's first K
-     * rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is used.  (kv heads x tokens of a tile
-     * <= heads x round16(tokens) <= PA_S_HALF_ELEMS.) */
+    /* Rows in the order the cube reads them, for a core run alone: this tile's K (Q.K), its V (P.V), then the next
+     * tile's first K rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is used.  (kv heads x tokens
+     * of a tile <= heads x round16(tokens) <= PA_S_HALF_ELEMS.) */
     const uint16_t *rows[2 * PA_S_HALF_ELEMS + 2 * PA_PREFETCH_AHEAD_ROWS];
 } pa_worker_buf;
 
@@ -94,7 +97,6 @@ int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot
                               __int128 count, pa_where w);
 
 /* ---- mock_task.c / mock_combine.c: one logical core's share of each phase ---- */
-int32_t pa_run_core_partials(const pa_launch *L, uint32_t core, pa_worker_buf *buf, pa_mock_error *e);
 #define PA_GANG_MAX 4 /* logical cores one host thread interleaves tile by tile                            */
 int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
                              pa_mock_error *errors, uint32_t *failed);

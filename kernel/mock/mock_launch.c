@@ -21,6 +21,10 @@ int32_t pa_prepare_launch(pa_launch *L, uint32_t block_dim, void *const ptrs[PA_
         return pa_fail(e, PA_ERR_BAD_LAUNCH, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(),
                        "SIMD path %d is not available on this CPU", cfg->isa);
     }
+    if (cfg->gang_cores < 0 || cfg->gang_cores > PA_GANG_MAX) {
+        return pa_fail(e, PA_ERR_BAD_LAUNCH, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(),
+                       "gang_cores %d is outside [0, %d] (0: the mock's choice)", cfg->gang_cores, PA_GANG_MAX);
+    }
     L->tiling = (const uint32_t *)ptrs[PA_ARG_TILING];
     L->q = (const uint16_t *)ptrs[PA_ARG_Q];
     L->k = (const uint16_t *)ptrs[PA_ARG_K];

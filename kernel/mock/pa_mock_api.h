@@ -47,6 +47,10 @@ typedef struct pa_mock_config {
     int32_t checked;                        /* 1: every buffer access is bounds-checked (default)        */
     int32_t num_threads;                    /* host worker threads; 0 = as many as CPUs                  */
     int32_t isa;                            /* PA_MOCK_ISA_*; 0 = AUTO                                    */
+    int32_t gang_cores;                     /* logical cores a host thread runs together (reading each KV
+                                             * row once for all of them); 0 = the mock's choice (a
+                                             * sequence's head groups, at most 4), 1 = one at a time.  The
+                                             * results do not depend on it                                */
 } pa_mock_config;
 
 #define PA_MOCK_MESSAGE_BYTES 256
@@ -64,9 +68,9 @@ typedef struct pa_mock_error {
 } pa_mock_error;
 
 /* pa_mock_struct_layout() writes, in this order: sizeof(pa_mock_config), offsetof extent_bytes, num_blocks,
- * checked, num_threads, isa; sizeof(pa_mock_error), offsetof code, arg_slot, element_offset, extent_elems,
- * core, seq, head, split, message. */
-#define PA_MOCK_LAYOUT_WORDS 16
+ * checked, num_threads, isa, gang_cores; sizeof(pa_mock_error), offsetof code, arg_slot, element_offset,
+ * extent_elems, core, seq, head, split, message. */
+#define PA_MOCK_LAYOUT_WORDS 17
 
 #ifdef __cplusplus
 extern "C" {
