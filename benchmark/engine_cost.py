@@ -19,16 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from workloads.shapes import RAGGED_MIN_TOKENS, ragged_shape
+from workloads.shapes import ENGINE_RAGGED_BATCH, ENGINE_RAGGED_MAX_TOKENS, RAGGED_MIN_TOKENS, ragged_shape
 
 NS_PER_US = 1e3
 #: Sequences that leave and join per step, at most (each drawn uniformly from 0..this).
 CHURN = 3
 #: Headroom of the runner's capacity over the starting batch.
 BATCH_HEADROOM = 16
-#: The loop's shape: b64 ragged, lengths log-uniform in 16..4K (``workloads.shapes.ragged_shape``).
-ENGINE_BATCH = 64
-ENGINE_MAX_TOKENS = 4096
+#: The loop's shape: the ragged set's engine batch, b64 with lengths log-uniform in 16..4K.
+ENGINE_BATCH, ENGINE_MAX_TOKENS = ENGINE_RAGGED_BATCH, ENGINE_RAGGED_MAX_TOKENS
 
 
 @dataclass(frozen=True)

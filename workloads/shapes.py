@@ -32,6 +32,8 @@ DEFAULT_SEED = 20240601
 RAGGED_BATCH = 32
 RAGGED_MIN_TOKENS = 16
 RAGGED_MAX_TOKENS = 16384
+#: The ragged set's second shape: an engine's decode batch, 64 sequences of 16..4K tokens (benchmark/engine_cost.py's).
+ENGINE_RAGGED_BATCH, ENGINE_RAGGED_MAX_TOKENS = 64, 4096
 
 #: Query tokens per sequence pa-kit takes (1 = plain decode; more = speculative decoding / MTP verification).
 MAX_Q_LEN = 16
@@ -251,6 +253,14 @@ def default_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
     ]
 
 
+def ragged_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
+    """Ragged batches: 32 sequences of 16..16K tokens, and an engine's decode batch of 64 of 16..4K in fp16 and bf16
+    (bf16 is where torch's CPU formulations are fastest)."""
+    engine = [ragged_shape(ENGINE_RAGGED_BATCH, high=ENGINE_RAGGED_MAX_TOKENS, dtype=dtype, seed=seed)
+              for dtype in ("fp16", "bf16")]
+    return [ragged_shape(seed=seed), *engine]
+
+
 def feature_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
     """The decode features: speculative decoding (2 and 4 query tokens per sequence) on the default family, and
     gpt-oss-20b's sliding-window layer with sinks at batch 64, alone and verifying one draft token with lse
@@ -277,7 +287,7 @@ def mla_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
 def shape_set(name: str, seed: int = DEFAULT_SEED) -> list[BenchShape]:
     """The named set with inputs drawn from ``seed``; ``ValueError`` names the valid sets."""
     builders = {"default": default_shapes, "pr": pr_shapes, "long": long_shapes,
-                "ragged": lambda seed: [ragged_shape(seed=seed)], "features": feature_shapes, "mla": mla_shapes}
+                "ragged": ragged_shapes, "features": feature_shapes, "mla": mla_shapes}
     if name not in builders:
         raise ValueError(f"--shapes must be one of {', '.join(SHAPE_SETS)}, got {name!r}")
     return builders[name](seed)
