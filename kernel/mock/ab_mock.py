@@ -1,0 +1,83 @@
+"""A/B of two or more builds of the mock in one process (the figures of kernel/mock/PERFORMANCE.md's steps).
+
+    python kernel/mock/ab_mock.py OLD.so build/lib/libpa_mock.so [--reps 9] [--shapes b8_4k_fp16,b1_4k]
+
+Every shape's inputs are made once; the libraries' launches alternate (so a busy neighbour slows them alike),
+each after reading a clean 256 MiB buffer (the KV comes from DRAM); prints the median time and KV GB/s per
+library.  The libraries must share the launch ABI (an older build with a shorter pa_mock_config ignores the
+fields it lacks).  Shapes: the benchmark's default-set shapes on the mock's side of the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import mock_harness as h  # noqa: E402
+
+from launcher import mock_api  # noqa: E402
+
+FLUSH_BYTES = 256 << 20
+BYTES_PER_GB = 1e9
+
+
+def ragged_lengths(batch: int, high: int, seed: int = 5) -> list[int]:
+    """Log-uniform lengths in [16, high], fixed seed."""
+    draws = np.random.default_rng(seed).uniform(math.log(16), math.log(high), batch)
+    return [int(x) for x in np.exp(draws)]
+
+
+#: id -> (lengths, query heads, kv heads, head_dim, dtype); pages of 128.
+SHAPES: dict[str, tuple[list[int], int, int, int, str]] = {
+    "b1_4k": ([4096], 32, 8, 128, "fp16"),
+    "b8_4k_fp16": ([4096] * 8, 32, 8, 128, "fp16"),
+    "b8_4k_bf16": ([4096] * 8, 32, 8, 128, "bf16"),
+    "b32_2k": ([2048] * 32, 32, 8, 128, "fp16"),
+    "b4_kv32_2k": ([2048] * 4, 32, 32, 128, "fp16"),
+    "b16_ragged": (ragged_lengths(16, 8192), 32, 8, 128, "fp16"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("libs", nargs="+", help="paths of libpa_mock.so builds")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    args = parser.parse_args()
+    libs = []
+    for path in args.libs:
+        lib = ctypes.CDLL(str(Path(path).resolve()))
+        mock_api.declare(lib)
+        libs.append(lib)
+    rng = np.random.default_rng(1)
+    flush = np.ones(FLUSH_BYTES // 4, dtype=np.float32)
+    for sid in args.shapes.split(","):
+        lens, hq, hk, d, dtype = SHAPES[sid]
+        case = h.make_case(rng, lens, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=128, dtype=dtype,
+                           extra_pages=64)
+        buffers = h.workspace(case, poison=False)
+        times: list[list[float]] = [[] for _ in libs]
+        for _ in range(args.reps):
+            for i, lib in enumerate(libs):
+                flush.sum()
+                start = time.perf_counter()
+                run = h.launch(lib, case, checked=False, buffers=buffers)
+                times[i].append(time.perf_counter() - start)
+                assert run.code == 0, run.error.message
+        kv_bytes = 2 * sum(lens) * hk * d * 2
+        cells = [f"{float(np.median(t)) * 1e3:7.3f} ms {kv_bytes / float(np.median(t)) / BYTES_PER_GB:5.1f} GB/s"
+                 for t in times]
+        print(f"{sid:12s} " + " | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
