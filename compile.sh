@@ -88,7 +88,7 @@ mock_stamp() {
     {
         "$CC" --version | head -n 1
         printf '%s\n' "${MOCK_CFLAGS[@]}" "${MOCK_LIBS[@]}"
-        find "$ROOT/kernel/mock" "$ROOT/kernel/contract" "$ROOT/kernel/pa_kernel_abi.h" -type f \
+        find "$ROOT/kernel/mock" "$ROOT/kernel/contract" "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/pa_mock_api.h" -type f \
             \( -name '*.c' -o -name '*.h' \) \
             -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s#$ROOT/##"
     } | sha256sum | cut -d' ' -f1

@@ -35,7 +35,7 @@
  * does not write the rows of empty sequences (the launcher zeroes them).
  *
  * Return codes (our kernels): PA_OK, or one of PA_ERR_*; the mock and the simulation also fill a pa_mock_error
- * record (kernel/mock/pa_mock_api.h) through the one contract checker, kernel/contract/pa_contract.c.
+ * record (kernel/pa_mock_api.h) through the one contract checker, kernel/contract/pa_contract.c.
  */
 #ifndef PA_KERNEL_ABI_H
 #define PA_KERNEL_ABI_H

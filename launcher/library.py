@@ -7,7 +7,7 @@ and return an ``int32`` error code; a library without ``pa_abi_version`` is an *
 ``pa_supported_features`` (ABI v3: the decode features it executes, :class:`tiling.abi.Feature` bits); a
 library without it executes none, so the runner refuses those options instead of launching a kernel that
 would ignore the words that ask for them.  The mock device and the simulation
-additionally export the mock API (``kernel/mock/pa_mock_api.h``), declared by :mod:`launcher.mock_api`.
+additionally export the mock API (``kernel/pa_mock_api.h``), declared by :mod:`launcher.mock_api`.
 
 Declaring ``argtypes``/``restype`` here, once per loaded library, is what keeps the launch path free of
 per-call ctypes conversions: the runner passes plain Python ints.

@@ -1,4 +1,4 @@
-"""ctypes mirror of the mock-device API (``kernel/mock/pa_mock_api.h``): the one copy of its structs.
+"""ctypes mirror of the mock-device API (``kernel/pa_mock_api.h``): the one copy of its structs.
 
 The mock device and the simulation export, besides ``call_kernel``: ``pa_mock_bind`` (per-thread binding of
 buffer extents, num_blocks, checked mode, thread count and SIMD path), ``pa_mock_last_error`` (per-thread error

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "../pa_kernel_abi.h"
-#include "../mock/pa_mock_api.h"
+#include "../pa_mock_api.h"
 
 #define PA_CONTRACT_EXPORT __attribute__((visibility("default")))
 #define PA_CONTRACT_NONE (-1)

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "pa_mock_api.h"
+#include "../pa_mock_api.h"
 #include "../contract/pa_contract.h"
 #include "mock_math.h"
 
@@ -40,7 +40,7 @@ typedef struct pa_where {
 } pa_where;
 
 #define PA_PREFETCH_AHEAD_ROWS 32 /* rows between a prefetch and the use of its data                     */
-/* Bytes of KV rows (whole rows) in a block of a page segment (mock_task.c, block_rows): a gang reads a block in
+/* Bytes of KV rows (whole rows) in a block of a page segment (mock_task.c, pa_block_rows): a gang reads a block in
  * address order before its cores compute on it, so a block stays in a 512 KiB L2 with room for the scratch. */
 #define PA_READ_BLOCK_BYTES (256 * 1024)
 
@@ -96,8 +96,8 @@ int32_t pa_check_range(const pa_launch *L, pa_mock_error *e, int32_t slot, __int
 int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot, __int128 start,
                               __int128 count, pa_where w);
 
-/* ---- mock_task.c / mock_combine.c: one logical core's share of each phase ---- */
-#define PA_GANG_MAX 4 /* logical cores one host thread interleaves tile by tile                            */
+/* ---- mock_gang.c / mock_combine.c: the logical cores' share of each phase ---- */
+#define PA_GANG_MAX 4 /* logical cores one host thread runs together (mock_gang.c)                       */
 int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
                              pa_mock_error *errors, uint32_t *failed);
 uint32_t pa_gang_size(const pa_launch *L);

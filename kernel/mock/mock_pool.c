@@ -1,7 +1,7 @@
 /*
  * Host threads of the mock device: the logical cores (block_idx 0 .. block_dim-1) of one phase are handed
  * out to host threads, each logical core running all of its tasks in order (in the partial phase, in gangs of
- * consecutive cores that one thread interleaves tile by tile, see pa_run_gang_partials).  Results do not depend on the
+ * consecutive cores that one thread runs tile by tile, see pa_run_gang_partials).  Results do not depend on the
  * threads: every output element is written by one task with fixed arithmetic.  An error is reported for the
  * lowest failing logical core; cores above a known failure are skipped.
  *
@@ -89,7 +89,7 @@ static void note_failure(pa_phase *ph, uint32_t core) {
     }
 }
 
-/* Partials: the thread claims gangs of consecutive logical cores (pa_gang_size) and interleaves them. */
+/* Partials: the thread claims gangs of consecutive logical cores (pa_gang_size) and runs them together. */
 static void run_cores_default_env(pa_phase *ph) {
     pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
     const uint32_t gang = ph->combine ? 1 : pa_gang_size(ph->L), block_dim = ph->L->c.block_dim;

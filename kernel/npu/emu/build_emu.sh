@@ -37,7 +37,7 @@ STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256";
            { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
              find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0;
              find "$NPU/devsim" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
-             printf '%s\n' "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/mock/pa_mock_api.h" | tr '\n' '\0'; } |
+             printf '%s\n' "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/pa_mock_api.h" | tr '\n' '\0'; } |
            LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
 if [[ -z "${FORCE:-}" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" && -f "$BUILD/lib/libpa_emu.so" && -f "$BUILD/lib/libpa_sim.so" ]]; then
     say "up to date: $BUILD/lib/libpa_emu.so"

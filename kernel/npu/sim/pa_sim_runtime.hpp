@@ -17,7 +17,7 @@
 #include <mutex>
 #include <vector>
 
-#include "../../mock/pa_mock_api.h"
+#include "../../pa_mock_api.h"
 #include "../pa_config.hpp"
 #include "../pa_sim_api.h"
 #include "pa_sim_hazard.hpp"

@@ -26,7 +26,7 @@
 #define PA_MOCK_API_H
 
 #include <stdint.h>
-#include "../pa_kernel_abi.h"
+#include "pa_kernel_abi.h"
 
 /* SIMD paths of the mock's arithmetic.  The exact paths (portable, AVX2, AVX-512) give bitwise-identical results
  * (same operation order, fused multiply-adds everywhere), so tests can compare them.  The native paths use the
