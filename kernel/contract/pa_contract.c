@@ -1,5 +1,5 @@
 /*
- * The kernel contract checker (see pa_contract.h): every host obligation of ABI v4, checked once per launch
+ * The kernel contract checker (see pa_contract.h): every host obligation of the kernel ABI, checked once per launch
  * on the calling thread, in the mock device and in the simulation alike.  Its checks cost O(batch) and run
  * in checked and unchecked mode, so a contract error never depends on the mode, the thread count or the
  * kernel behind the library.

@@ -1,6 +1,6 @@
 /*
  * The kernel contract checker: one implementation of every obligation the host has towards a kernel under
- * ABI v4 (kernel/pa_kernel_abi.h, docs/CONTRACT.md), linked into the mock device (gcc, as C) and into the
+ * the kernel ABI (kernel/pa_kernel_abi.h, docs/CONTRACT.md), linked into the mock device (gcc, as C) and into the
  * simulation of our NPU kernel (clang, as C++).  Both libraries call pa_contract_check() once per launch,
  * before any core runs, so a launch that breaks the contract gets the same error code, buffer and
  * coordinates from both, whatever the kernel behind it would have done.

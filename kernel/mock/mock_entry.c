@@ -1,5 +1,5 @@
 /*
- * Exports of the mock NPU device: call_kernel (kernel ABI v3), call_kernel_noop, pa_abi_version and
+ * Exports of the mock NPU device: call_kernel (the kernel ABI, kernel/pa_kernel_abi.h), call_kernel_noop, pa_abi_version and
  * pa_supported_keys (pa_mock_struct_layout is kernel/contract's).  A launch is: the contract check and the
  * mock's own preparation (calling thread), the partial phase on the host thread pool, then, for split-KV keys
  * only, the combine phase after every partial is done.  Parameter lists come from the ABI's PA_PTR_ARGS.

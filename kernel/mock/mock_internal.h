@@ -1,6 +1,6 @@
 /*
  * Internal declarations of the mock NPU device: the decoded launch, per-thread state, error helpers.
- * The device model follows kernel/pa_kernel_abi.h (ABI v2) and docs/CONTRACT.md.
+ * The device model follows kernel/pa_kernel_abi.h and docs/CONTRACT.md.
  */
 #ifndef PA_MOCK_INTERNAL_H
 #define PA_MOCK_INTERNAL_H

@@ -1,5 +1,5 @@
 /*
- * pa-kit paged-attention decode kernel, device entry (ABI v2, kernel/pa_kernel_abi.h).
+ * pa-kit paged-attention decode kernel, device entry (the kernel ABI, kernel/pa_kernel_abi.h).
  *
  * One mixed kernel: each launched block is a cluster of one cube core (AIC) and two vector sub-cores (AIV).
  * The entry reads the tiling key and the head dimension and runs the matching instantiation:
