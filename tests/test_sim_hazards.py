@@ -12,7 +12,7 @@ order.  These are its negative controls:
   runs an empty sequence after a full one): every edge must produce ``PA_ERR_HAZARD``, not just any failure;
 * change an edge's meaning (``pa_sim_mutate_sync``): a flag set from the wrong source pipe, both ping-pong
   halves on one event id, a cross-core signal issued from another pipe;
-* the race library in ``kernel/npu/sim/pa_sim_races.cpp``.
+* the race library in ``kernel/npu/pa_sim_races.cpp``.
 
 Launches run in child processes (this file run as a script): a pto-isa on-chip overflow aborts the process.
 """

@@ -33,7 +33,7 @@ pto_toolchain "$BUILD" || rc=$?
 [[ $rc -eq 3 ]] && skip "$PTO_SKIP"
 [[ $rc -ne 0 ]] && exit "$rc"
 
-SOURCES=("$HERE/pa_kernel.cpp" "$HERE/sim/pa_sim_runtime.cpp" "$HERE/sim/pa_sim_hazard.cpp" "$HERE/sim/pa_record.cpp" "$HERE/sim/pa_sim_races.cpp" "$HERE/sim/pa_sim_host.cpp" "$HERE/sim/pa_sim_contract.cpp" "$HERE/sim/pa_sim_layout.cpp")
+SOURCES=("$HERE/pa_kernel.cpp" "$HERE/sim/pa_sim_runtime.cpp" "$HERE/sim/pa_sim_hazard.cpp" "$HERE/sim/pa_record.cpp" "$HERE/pa_sim_races.cpp" "$HERE/sim/pa_sim_host.cpp" "$HERE/sim/pa_sim_contract.cpp" "$HERE/sim/pa_sim_layout.cpp")
 if [[ -f "$OUT" && -f "$OUT.stamp" && "$(cat "$OUT.stamp")" == "$PTO_SHA256 $CXX" ]]; then
     newer="$(find "$HERE" "$ROOT/kernel/contract" "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/pa_mock_api.h" -type f -newer "$OUT" | head -1)"
     if [[ -z "$newer" ]]; then

@@ -8,7 +8,7 @@
 #                                            the emulator's intrinsics (-D__COSTMODEL + the shadow headers)
 #   <build>/obj/emu/coverage.txt             the intrinsics those objects reach (compared with COVERAGE.txt)
 #   <build>/obj/emu/kernel.d                 the kernel build's header dependencies (no pto/cpu/ header)
-#   <build>/lib/libpa_emu_diff_<n>_{dev,cpu}.so   each diff/diff_<n>.cpp against the emulator (dev) and
+#   <build>/lib/libpa_emu_diff_<n>_{dev,cpu}.so   each ../emu_diff/diff_<n>.cpp against the emulator (dev) and
 #                                            against pto-isa's CPU implementations (cpu), for differential tests
 #   <build>/lib/libpa_sim.so                 the device-path simulation: the kernel (both roles, -DPA_DEVICE_SIM)
 #                                            against the emulator, run by kernel/npu/devsim on emulated clusters
@@ -36,7 +36,7 @@ STAMP_FILE="$OBJ/.stamp"
 STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256";
            { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
              find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0;
-             find "$NPU/devsim" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
+             find "$NPU/devsim" "$NPU/emu_diff" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
              printf '%s\n' "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/pa_mock_api.h" | tr '\n' '\0'; } |
            LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
 if [[ -z "${FORCE:-}" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" && -f "$BUILD/lib/libpa_emu.so" && -f "$BUILD/lib/libpa_sim.so" ]]; then
@@ -89,7 +89,7 @@ names="$(bash "$HERE/gen_unemulated.sh" --emulated)"
 # Differential harnesses: the same source against the emulator and against pto-isa's CPU implementations.
 CPU=(-std=c++23 -D__CPU_SIM "${BF16[@]}" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU"
      -Wno-ignored-attributes -Wno-builtin-macro-redefined)
-for diff in "$HERE"/diff/diff_*.cpp; do
+for diff in "$NPU"/emu_diff/diff_*.cpp; do
     [[ -e "$diff" ]] || continue
     name="$(basename "${diff%.cpp}")"
     name="${name#diff_}"

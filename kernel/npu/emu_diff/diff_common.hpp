@@ -11,7 +11,7 @@
 #include <string>
 
 #ifdef PA_EMU_DIFF_DEV
-#include "emu_core.hpp"
+#include "emu/emu_core.hpp"
 #endif
 #include <pto/pto-inst.hpp>
 

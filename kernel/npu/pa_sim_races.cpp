@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "../pa_platform.hpp"
-#include "pa_record.hpp"
+#include "pa_platform.hpp"
+#include "sim/pa_record.hpp"
 
 namespace pa::races {
 
