@@ -140,8 +140,11 @@ static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *
     const uint32_t blk = pa_block_rows(L);
     for (uint32_t b = 0; b < count; b += blk) {
         const uint32_t m = count - b < blk ? count - b : blk;
-        if (n > 1) {
-            touch_block(L, qk, id[0], tok + b, m, kvh0, kvh1);
+        for (uint32_t i = 0; n > 1 && i < n; ++i) { /* the rows through a core still running (ids agree) */
+            if (!fail[i]) {
+                touch_block(L, qk, id[i], tok + b, m, kvh0, kvh1);
+                break;
+            }
         }
         for (uint32_t i = 0; i < n; ++i) {
             pa_core_run *c = &runs[member[i]];
