@@ -127,7 +127,7 @@ static void touch_block(const pa_launch *L, int qk, int64_t id, uint32_t tok, ui
 }
 
 /* Q.K (qk = 1) or P.V of the page segment [tok, tok + count) (block ids id[]) for the cores `member` that have
- * not failed, block by block (block_rows).  A core alone prefetches its rows from its schedule (pos[0]).  A gang
+ * not failed, block by block (pa_block_rows).  A core alone prefetches its rows from its schedule (pos).  A gang
  * first reads each block, the kv heads of all its cores, line by line in address order (touch_block), then each
  * core computes its kv heads of it from the cache.  Why: the cores together read a block kv head by kv head (a
  * slice of each row, rows apart), an order the hardware prefetchers do not stream, and software prefetches do
@@ -200,17 +200,10 @@ static int same_tokens(const pa_core_run *a, const pa_core_run *b) {
     return a->T.slot == b->T.slot && a->t.tok == b->t.tok && a->t.len == b->t.len;
 }
 
-/* The token range of a core's current tile, before tile_begin maps its scratch (for same_tokens). */
-static void tile_tokens_of(const pa_launch *L, pa_core_run *c) {
-    c->t.tok = c->T.tok0 + c->index * L->c.tile_tokens;
-    c->t.len = c->T.tok0 + c->T.len - c->t.tok < L->c.tile_tokens ? c->T.tok0 + c->T.len - c->t.tok
-                                                                   : L->c.tile_tokens;
-}
-
 /* Runs logical cores core0 .. core0 + n - 1 on this thread, tile by tile (each core's tasks in its own order,
  * with its own buffer and scratch, so its results are those of running it alone).  Cores next to each other
  * usually hold the head groups of one sequence: their tiles at the same tokens run together
- * (run_joint_tiles), the others one after the other.  A failing core stops; the others go on.  Returns the
+ * (run_tiles), the others one after the other.  A failing core stops; the others go on.  Returns the
  * lowest failing core's code (its record in errors[core - core0]) or PA_OK; *failed = that core. */
 int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
                              pa_mock_error *errors, uint32_t *failed) {
@@ -228,7 +221,7 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
             rc[i] = runs[i].phase == 2 ? PA_OK : core_advance(L, &runs[i]);
             placed[i] = rc[i] != PA_OK || runs[i].phase == 2;
             if (!placed[i]) {
-                tile_tokens_of(L, &runs[i]);
+                pa_tile_span(L, &runs[i].T, runs[i].index, &runs[i].t); /* for same_tokens */
                 ++live;
             }
         }

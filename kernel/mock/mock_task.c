@@ -119,7 +119,7 @@ static int32_t add_rope_scores(const pa_launch *L, const pa_task *T, const pa_ti
  * prefetches schedule entry pos + i + PA_PREFETCH_AHEAD_ROWS (pages are scattered: the hardware prefetchers
  * cannot find them); without one (a gang has read the block already), nothing. */
 int32_t pa_cube_block(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
-                          int64_t id, uint32_t tok, uint32_t count, uint32_t *pos, pa_mock_error *e) {
+                      int64_t id, uint32_t tok, uint32_t count, uint32_t *pos, pa_mock_error *e) {
     const int64_t row_stride = (int64_t)L->c.kv_heads * L->c.head_dim;
     const uint32_t d = L->c.head_dim, kvh0 = T->head0 / L->c.group, kvh1 = (T->head0 + T->heads - 1) / L->c.group;
     const uint32_t o_cols = round16(d), off = tok % L->c.block_size, col = tok - t->tok;
@@ -158,7 +158,7 @@ int32_t pa_cube_block(const pa_launch *L, const pa_task *T, const pa_tile *t, pa
 
 /* The page segment of the tile that starts at token `tok`: its token count and block id (checked). */
 int32_t pa_page_segment(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t tok, int qk,
-                            uint32_t *count, int64_t *id, pa_mock_error *e) {
+                        uint32_t *count, int64_t *id, pa_mock_error *e) {
     const uint32_t off = tok % L->c.block_size, left = t->tok + t->len - tok;
     *count = L->c.block_size - off < left ? L->c.block_size - off : left;
     if (qk) {
@@ -167,12 +167,16 @@ int32_t pa_page_segment(const pa_launch *L, const pa_task *T, const pa_tile *t, 
     return block_id(L, T, tok, id, e);
 }
 
-int32_t pa_map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
-                        pa_mock_error *e) {
-    const uint32_t half = index & 1u;
+void pa_tile_span(const pa_launch *L, const pa_task *T, uint32_t index, pa_tile *t) {
     t->tok = T->tok0 + index * L->c.tile_tokens;
     t->len = T->tok0 + T->len - t->tok < L->c.tile_tokens ? T->tok0 + T->len - t->tok : L->c.tile_tokens;
     t->cols = round16(t->len);
+}
+
+int32_t pa_map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
+                    pa_mock_error *e) {
+    const uint32_t half = index & 1u;
+    pa_tile_span(L, T, index, t);
     int64_t s_off = (int64_t)(2 * core + half) * (int64_t)L->c.s_half;
     int64_t p_off = (int64_t)(2 * core + half) * (int64_t)L->c.p_half;
     int64_t o_off = (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + half * PA_O_TMP_HALF_ELEMS;
@@ -208,7 +212,7 @@ static void visible_columns(const pa_launch *L, const pa_task *T, const pa_tile 
  * max and sum start at its first visible key (buf->started), not at the task's first tile: with a window or
  * several query tokens a row may see nothing of a tile; its P row is then 0 and its state is left alone. */
 void pa_vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf,
-                           unsigned char *active) {
+                       unsigned char *active) {
     for (uint32_t r = 0; r < T->rows; ++r) {
         float *srow = t->s + (int64_t)r * t->cols;
         uint16_t *prow = t->p + (int64_t)r * t->cols;
@@ -240,7 +244,7 @@ void pa_vector_softmax(const pa_launch *L, const pa_task *T, const pa_tile *t, p
 }
 
 void pa_vector_update(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf,
-                          const unsigned char *active) {
+                      const unsigned char *active) {
     const uint32_t d = L->c.head_dim, o_cols = round16(d);
     for (uint32_t r = 0; r < T->rows; ++r) {
         if (!active[r]) {
@@ -341,7 +345,7 @@ static int32_t write_zero_rows(const pa_launch *L, const pa_task *T, pa_mock_err
 /* Starts task T of a logical core: sets its token range, widens its q rows and returns the number of its
  * tiles in *tiles (0: nothing to run, or done already, as for an empty sequence). */
 int32_t pa_start_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, pa_worker_buf *buf,
-                          uint32_t *tiles, pa_mock_error *e) {
+                      uint32_t *tiles, pa_mock_error *e) {
     uint32_t kv_len = pa_slot_word(L, T->slot, PA_BF_KV_SEQLEN);
     *tiles = 0;
     T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};

@@ -32,7 +32,9 @@ int32_t pa_cube_block(const pa_launch *L, const pa_task *T, const pa_tile *t, pa
 /* The page segment of tile t that starts at token `tok`: its token count and block id (checked). */
 int32_t pa_page_segment(const pa_launch *L, const pa_task *T, const pa_tile *t, uint32_t tok, int qk, uint32_t *count,
                         int64_t *id, pa_mock_error *e);
-/* Tile `index` of task T on logical core `core`: its tokens and its scratch (checked). */
+/* The tokens of tile `index` of task T (tok, len, cols). */
+void pa_tile_span(const pa_launch *L, const pa_task *T, uint32_t index, pa_tile *t);
+/* Tile `index` of task T on logical core `core`: its tokens (pa_tile_span) and its scratch (checked). */
 int32_t pa_map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_t index, pa_tile *t,
                     pa_mock_error *e);
 /* Vector stage 1: softmax of S into P (active[r]: row r sees a key of the tile). */
