@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,15 +24,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import mock_harness as h  # noqa: E402
 
 from launcher import mock_api  # noqa: E402
+from workloads.shapes import RAGGED_MIN_TOKENS, log_uniform_lengths  # noqa: E402
 
 FLUSH_BYTES = 256 << 20
 BYTES_PER_GB = 1e9
-
-
-def ragged_lengths(batch: int, high: int, seed: int = 5) -> list[int]:
-    """Log-uniform lengths in [16, high], fixed seed."""
-    draws = np.random.default_rng(seed).uniform(math.log(16), math.log(high), batch)
-    return [int(x) for x in np.exp(draws)]
 
 
 #: id -> (lengths, query heads, kv heads, head_dim, dtype); pages of 128.
@@ -43,7 +37,7 @@ SHAPES: dict[str, tuple[list[int], int, int, int, str]] = {
     "b8_4k_bf16": ([4096] * 8, 32, 8, 128, "bf16"),
     "b32_2k": ([2048] * 32, 32, 8, 128, "fp16"),
     "b4_kv32_2k": ([2048] * 4, 32, 32, 128, "fp16"),
-    "b16_ragged": (ragged_lengths(16, 8192), 32, 8, 128, "fp16"),
+    "b16_ragged": (list(log_uniform_lengths(16, RAGGED_MIN_TOKENS, 8192, seed=5)), 32, 8, 128, "fp16"),
 }
 
 
