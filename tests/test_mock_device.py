@@ -271,16 +271,18 @@ def test_bitwise_same_for_any_thread_count(lib: ctypes.CDLL, rng: np.random.Gene
 
 
 def test_gangs_give_the_bits_of_cores_run_alone(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
-    """A host thread runs a sequence's head groups (or KV splits) together by default (gang_cores 0), reading each
-    KV row once for all of them; on every path, exact or native (whose sums follow the call boundaries), the
-    results are those of the logical cores run one at a time, whatever the gang."""
+    """A host thread runs a sequence's head groups (or those of one KV split) together by default (gang_cores 0),
+    reading each KV row once for all of them; on every path, exact or native (whose sums follow the call
+    boundaries), the results are those of the logical cores run one at a time, whatever the gang."""
     paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
-    for strategy in ("bn", "split_kv"):
-        case = h.make_case(rng, [700, 129, 0, 300, 65, 512, 33, 200], num_heads=32, num_kv_heads=8, head_dim=128,
-                           block_size=64, dtype="bf16", value_scale=2.0, strategy=strategy)
+    batch = [700, 129, 0, 300, 65, 512, 33, 200]
+    # BN with head groups; split-KV with whole rows per task; split-KV with head groups (gangs of one split)
+    for strategy, lengths in (("bn", batch), ("split_kv", batch), ("split_kv", [4000])):
+        case = h.make_case(rng, lengths, num_heads=32, num_kv_heads=8, head_dim=128, block_size=64, dtype="bf16",
+                           value_scale=2.0, strategy=strategy)
         words = case.plan.tiling
         head_groups = words[Word.FORMER_BATCH] and words[Word.FORMER_HEAD] < case.num_heads
-        assert head_groups or strategy == "split_kv", "the control needs several head groups per sequence to gang"
+        assert head_groups or len(lengths) > 1, "the control needs several head groups per sequence to gang"
         for isa in paths:
             alone = h.launch(lib, case, isa=isa, gang_cores=1)
             assert alone.code == 0, alone.error.message

@@ -4,8 +4,10 @@
 
 Every shape's inputs are made once; the libraries' launches alternate (so a busy neighbour slows them alike),
 each after reading a clean 256 MiB buffer (the KV comes from DRAM); prints the median time and KV GB/s per
-library.  The libraries must share the launch ABI (an older build with a shorter pa_mock_config ignores the
-fields it lacks).  Shapes: the benchmark's default-set shapes on the mock's side of the ledger.
+library, then each later library's time over the first's, launch by launch (median [p20, p80]): the host's
+memory moves the times by several per cent from one run to the next, the ratio of neighbouring launches less.
+The libraries must share the launch ABI (an older build with a shorter pa_mock_config ignores the fields it
+lacks).  Shapes: the benchmark's default-set shapes on the mock's side of the ledger.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import mock_harness as h  # noqa: E402
 
 from launcher import mock_api  # noqa: E402
-from workloads.shapes import RAGGED_MIN_TOKENS, log_uniform_lengths  # noqa: E402
+from workloads.shapes import (  # noqa: E402
+    ENGINE_RAGGED_BATCH,
+    ENGINE_RAGGED_MAX_TOKENS,
+    RAGGED_MIN_TOKENS,
+    log_uniform_lengths,
+)
 
 FLUSH_BYTES = 256 << 20
 BYTES_PER_GB = 1e9
@@ -38,6 +45,8 @@ SHAPES: dict[str, tuple[list[int], int, int, int, str]] = {
     "b32_2k": ([2048] * 32, 32, 8, 128, "fp16"),
     "b4_kv32_2k": ([2048] * 4, 32, 32, 128, "fp16"),
     "b16_ragged": (list(log_uniform_lengths(16, RAGGED_MIN_TOKENS, 8192, seed=5)), 32, 8, 128, "fp16"),
+    "b64_ragged_bf16": (list(log_uniform_lengths(ENGINE_RAGGED_BATCH, RAGGED_MIN_TOKENS, ENGINE_RAGGED_MAX_TOKENS,
+                                                 seed=5)), 32, 8, 128, "bf16"),
 }
 
 
@@ -70,6 +79,9 @@ def main() -> None:
         kv_bytes = 2 * sum(lens) * hk * d * 2
         cells = [f"{float(np.median(t)) * 1e3:7.3f} ms {kv_bytes / float(np.median(t)) / BYTES_PER_GB:5.1f} GB/s"
                  for t in times]
+        ratios = [np.asarray(t) / np.asarray(times[0]) for t in times[1:]]  # launch by launch, against the first
+        cells += [f"x{float(np.median(r)):.3f} [{float(np.percentile(r, 20)):.3f}, {float(np.percentile(r, 80)):.3f}]"
+                  for r in ratios]
         print(f"{sid:12s} " + " | ".join(cells), flush=True)
 
 

@@ -1,7 +1,7 @@
 /*
- * The partial phase of the mock device, the cores' share: a host thread runs a gang of consecutive logical cores
- * (pa_gang_size), each core's tasks in the kernel's order (former tasks, then tail tasks), one tile at a time, and
- * the cores whose tiles cover the same tokens of one sequence together, page segment by block, each block read
+ * The partial phase of the mock device, the cores' share: a host thread runs a gang of logical cores
+ * (pa_gang_cores), each core's tasks in the kernel's order (former tasks, then tail tasks), and the cores whose
+ * tasks cover the same tokens of one sequence together, tile by tile, page segment by block, each block read
  * once in address order for all of them (segment_pass).  Each core computes what it computes alone: its own
  * buffer, scratch and calls (mock_task.c).
  */
@@ -17,14 +17,14 @@ typedef struct pa_core_run {
     pa_worker_buf *buf;
     pa_mock_error *e;
     pa_tile t;           /* the tile in progress, between tile_begin and tile_end                        */
-    uint32_t n_k;        /* alone: its K rows in the prefetch schedule (P.V starts there)                */
+    uint32_t n_k;        /* scheduled: its K rows in the prefetch schedule (P.V starts there)            */
     unsigned char active[PA_TASK_ROWS];
 } pa_core_run;
 
-/* The tile's scratch and, for a core run alone, its prefetch schedule (the task's first rows prefetched: nothing
- * did yet). */
-static int32_t tile_begin(const pa_launch *L, pa_core_run *c, int alone) {
-    if (alone) {
+/* The tile's scratch and, for a core run alone on slices of rows (`scheduled`), its prefetch schedule (the task's
+ * first rows prefetched: nothing did yet). */
+static int32_t tile_begin(const pa_launch *L, pa_core_run *c, int scheduled) {
+    if (scheduled) {
         c->n_k = pa_plan_prefetch(L, &c->T, c->index, c->buf);
         if (c->index == 0) {
             for (uint32_t i = 0; i < PA_PREFETCH_AHEAD_ROWS; ++i) {
@@ -127,20 +127,22 @@ static void touch_block(const pa_launch *L, int qk, int64_t id, uint32_t tok, ui
 }
 
 /* Q.K (qk = 1) or P.V of the page segment [tok, tok + count) (block ids id[]) for the cores `member` that have
- * not failed, block by block (pa_block_rows).  A core alone prefetches its rows from its schedule (pos).  A gang
- * first reads each block, the kv heads of all its cores, line by line in address order (touch_block), then each
- * core computes its kv heads of it from the cache.  Why: the cores together read a block kv head by kv head (a
- * slice of each row, rows apart), an order the hardware prefetchers do not stream, and software prefetches do
- * not train them; demand loads in address order do, so a gang's pages arrive at the rate of a sequential read
- * (kernel/mock/PERFORMANCE.md, step 24).  Each core's failure lands in fail[i]. */
+ * not failed, block by block (pa_block_rows).  With `touch` (a gang, or a core alone that reads whole rows), each
+ * block is first read, the kv heads of all the cores, line by line in address order (touch_block), then each core
+ * computes its kv heads of it from the cache; without, the core prefetches its rows from its schedule (pos).
+ * Why: the cores together read a block kv head by kv head (a slice of each row, rows apart), an order the
+ * hardware prefetchers do not stream, and software prefetches do not train them; demand loads in address order
+ * do, so a gang's pages arrive at the rate of a sequential read (kernel/mock/PERFORMANCE.md, steps 24-25).  A
+ * core alone that reads a slice of each row keeps the schedule: touching its slices was slower.  Each core's
+ * failure lands in fail[i]. */
 static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *member, uint32_t n, int32_t *fail,
-                         const int64_t *id, int qk, uint32_t tok, uint32_t count, uint32_t *pos) {
+                         const int64_t *id, int qk, int touch, uint32_t tok, uint32_t count, uint32_t *pos) {
     const pa_task *t_first = &runs[member[0]].T, *t_last = &runs[member[n - 1]].T;
     const uint32_t kvh0 = t_first->head0 / L->c.group, kvh1 = (t_last->head0 + t_last->heads - 1) / L->c.group;
     const uint32_t blk = pa_block_rows(L);
     for (uint32_t b = 0; b < count; b += blk) {
         const uint32_t m = count - b < blk ? count - b : blk;
-        for (uint32_t i = 0; n > 1 && i < n; ++i) { /* the rows through a core still running (ids agree) */
+        for (uint32_t i = 0; touch && i < n; ++i) { /* the rows through a core still running (ids agree) */
             if (!fail[i]) {
                 touch_block(L, qk, id[i], tok + b, m, kvh0, kvh1);
                 break;
@@ -149,7 +151,7 @@ static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *
         for (uint32_t i = 0; i < n; ++i) {
             pa_core_run *c = &runs[member[i]];
             if (!fail[i]) {
-                fail[i] = pa_cube_block(L, &c->T, &c->t, c->buf, qk, id[i], tok + b, m, n > 1 ? 0 : pos, c->e);
+                fail[i] = pa_cube_block(L, &c->T, &c->t, c->buf, qk, id[i], tok + b, m, touch ? 0 : pos, c->e);
             }
         }
     }
@@ -161,8 +163,10 @@ static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *
  * alone (its own schedule, scratch and values; only the order of the work between cores changes).  A core that
  * fails stops (its code in fail[i]); the others go on. */
 static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *member, uint32_t n, int32_t *fail) {
+    const pa_task *T = &runs[member[0]].T;
+    const int touch = n > 1 || (T->head0 < L->c.group && (T->head0 + T->heads - 1) / L->c.group + 1 == L->c.kv_heads);
     for (uint32_t i = 0; i < n; ++i) {
-        fail[i] = tile_begin(L, &runs[member[i]], n == 1);
+        fail[i] = tile_begin(L, &runs[member[i]], !touch);
     }
     for (int qk = 1; qk >= 0; --qk) {
         const pa_tile *t0 = &runs[member[0]].t;
@@ -179,7 +183,7 @@ static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *mem
             if (count == 0) { /* every core has failed */
                 return;
             }
-            segment_pass(L, runs, member, n, fail, id, qk, tok, count, &pos);
+            segment_pass(L, runs, member, n, fail, id, qk, touch, tok, count, &pos);
             tok += count;
         }
         for (uint32_t i = 0; qk && i < n; ++i) {
@@ -195,23 +199,25 @@ static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *mem
     }
 }
 
-/* Two cores' current tiles cover the same tokens of the same sequence. */
+/* Two cores' current tasks cover the same tokens of the same sequence, in the same tiles. */
 static int same_tokens(const pa_core_run *a, const pa_core_run *b) {
-    return a->T.slot == b->T.slot && a->t.tok == b->t.tok && a->t.len == b->t.len;
+    return a->T.slot == b->T.slot && a->T.tok0 == b->T.tok0 && a->T.len == b->T.len && a->tiles == b->tiles;
 }
 
-/* Runs logical cores core0 .. core0 + n - 1 on this thread, tile by tile (each core's tasks in its own order,
- * with its own buffer and scratch, so its results are those of running it alone).  Cores next to each other
- * usually hold the head groups of one sequence: their tiles at the same tokens run together
- * (run_tiles), the others one after the other.  A failing core stops; the others go on.  Returns the
- * lowest failing core's code (its record in errors[core - core0]) or PA_OK; *failed = that core. */
-int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
+/* Runs the logical cores cores[0 .. n) on this thread, task by task (each core's tasks in its own order, with its
+ * own buffer and scratch, so its results are those of running it alone).  The cores of a gang usually hold the
+ * head groups of one sequence, or of one KV split of it (pa_gang_cores): the ones whose next tasks cover the same
+ * tokens of the same sequence run those tasks together, tile by tile (run_tiles), the others one after the
+ * other; then every core takes its next task, so the cores meet again at each task.  A failing core stops; the
+ * others go on.  Returns the lowest failing core's code (its record in errors[core]) or PA_OK; *failed = that
+ * core. */
+int32_t pa_run_gang_partials(const pa_launch *L, const uint32_t *cores, uint32_t n, pa_worker_buf *bufs,
                              pa_mock_error *errors, uint32_t *failed) {
     pa_core_run runs[PA_GANG_MAX];
     int32_t first_rc = PA_OK;
     *failed = L->c.block_dim;
     for (uint32_t i = 0; i < n; ++i) {
-        runs[i] = (pa_core_run){.core = core0 + i, .process = core0 + i, .buf = bufs + i, .e = errors + i};
+        runs[i] = (pa_core_run){.core = cores[i], .process = cores[i], .buf = bufs + i, .e = errors + cores[i]};
     }
     for (;;) {
         int32_t rc[PA_GANG_MAX];
@@ -220,10 +226,7 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
         for (uint32_t i = 0; i < n; ++i) {
             rc[i] = runs[i].phase == 2 ? PA_OK : core_advance(L, &runs[i]);
             placed[i] = rc[i] != PA_OK || runs[i].phase == 2;
-            if (!placed[i]) {
-                pa_tile_span(L, &runs[i].T, runs[i].index, &runs[i].t); /* for same_tokens */
-                ++live;
-            }
+            live += !placed[i];
         }
         for (uint32_t i = 0; i < n; ++i) { /* groups of cores at the same tokens, in core order */
             uint32_t member[PA_GANG_MAX], m = 0;
@@ -232,23 +235,29 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
                     member[m++] = j;
                 }
             }
-            if (m > 0) {
-                int32_t fail[PA_GANG_MAX];
-                run_tiles(L, runs, member, m, fail);
-                for (uint32_t k = 0; k < m; ++k) {
-                    rc[member[k]] = fail[k];
-                }
-            }
             for (uint32_t k = 0; k < m; ++k) {
                 placed[member[k]] = 1;
-                ++runs[member[k]].index;
+            }
+            while (m > 0 && runs[member[0]].index < runs[member[0]].tiles) { /* the group's task, to its end */
+                int32_t fail[PA_GANG_MAX];
+                run_tiles(L, runs, member, m, fail);
+                uint32_t still = 0;
+                for (uint32_t k = 0; k < m; ++k) {
+                    ++runs[member[k]].index;
+                    if (fail[k]) {
+                        rc[member[k]] = fail[k];
+                    } else {
+                        member[still++] = member[k];
+                    }
+                }
+                m = still;
             }
         }
         for (uint32_t i = 0; i < n; ++i) {
             if (rc[i] != PA_OK) {
                 runs[i].phase = 2;
-                if (core0 + i < *failed) {
-                    *failed = core0 + i;
+                if (runs[i].core < *failed) {
+                    *failed = runs[i].core;
                     first_rc = rc[i];
                 }
             }
@@ -259,19 +268,45 @@ int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_
     }
 }
 
-/* The number of consecutive logical cores one thread runs together: the binding's gang_cores, or by default
- * those of one sequence's head groups (and KV splits) in the first round of the former tasks, else of the tail
- * tasks, at most PA_GANG_MAX. */
-uint32_t pa_gang_size(const pa_launch *L) {
-    uint64_t hq = L->c.num_heads, g;
-    if (L->cfg.gang_cores > 0) {
-        g = (uint64_t)L->cfg.gang_cores;
-    } else if (L->c.former_batch) {
-        g = (hq + L->c.former_head - 1) / L->c.former_head * L->c.kv_core_num;
+/* How the logical cores fall into gangs.  The first round of the former tasks (else of the tail tasks) lays a
+ * sequence's head groups times its KV splits on consecutive cores, split-major: the cores of one split are
+ * `stride` (the splits) apart.  Blocks of `groups * stride` cores; in each, the head groups of one split, up to
+ * `members` at a time (the binding's gang_cores, else PA_GANG_MAX), make a gang. */
+typedef struct pa_gang_layout {
+    uint32_t groups, stride, members, per_block;
+} pa_gang_layout;
+
+static pa_gang_layout gang_layout(const pa_launch *L) {
+    const uint64_t hq = L->c.num_heads;
+    uint64_t groups = 1, stride = 1;
+    if (L->c.former_batch) {
+        groups = (hq + L->c.former_head - 1) / L->c.former_head;
+        stride = L->c.kv_core_num ? L->c.kv_core_num : 1;
     } else if (L->c.tail_batch) {
-        g = (hq + L->c.tail_head - 1) / L->c.tail_head;
-    } else {
-        g = 1;
+        groups = (hq + L->c.tail_head - 1) / L->c.tail_head;
     }
-    return g < 1 ? 1 : g > PA_GANG_MAX ? PA_GANG_MAX : (uint32_t)g;
+    uint64_t members = L->cfg.gang_cores > 0 ? (uint64_t)L->cfg.gang_cores : PA_GANG_MAX;
+    members = members < groups ? members : groups;
+    return (pa_gang_layout){(uint32_t)groups, (uint32_t)stride, (uint32_t)members, (uint32_t)(groups * stride)};
+}
+
+uint32_t pa_gang_count(const pa_launch *L) {
+    const pa_gang_layout g = gang_layout(L);
+    const uint32_t blocks = (L->c.block_dim + g.per_block - 1) / g.per_block;
+    return blocks * g.stride * ((g.groups + g.members - 1) / g.members);
+}
+
+uint32_t pa_gang_cores(const pa_launch *L, uint32_t gang, uint32_t *cores) {
+    const pa_gang_layout g = gang_layout(L);
+    const uint32_t per_block = g.stride * ((g.groups + g.members - 1) / g.members);
+    const uint32_t base = gang / per_block * g.per_block, split = gang % per_block % g.stride;
+    const uint32_t first = gang % per_block / g.stride * g.members;
+    uint32_t n = 0;
+    for (uint32_t h = first; h < g.groups && h < first + g.members; ++h) {
+        const uint64_t core = (uint64_t)base + split + (uint64_t)h * g.stride;
+        if (core < L->c.block_dim) {
+            cores[n++] = (uint32_t)core;
+        }
+    }
+    return n;
 }

@@ -98,9 +98,13 @@ int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot
 
 /* ---- mock_gang.c / mock_combine.c: the logical cores' share of each phase ---- */
 #define PA_GANG_MAX 4 /* logical cores one host thread runs together (mock_gang.c)                       */
-int32_t pa_run_gang_partials(const pa_launch *L, uint32_t core0, uint32_t n, pa_worker_buf *bufs,
+/* Runs the n logical cores cores[] (a gang) on this thread; errors is indexed by core. */
+int32_t pa_run_gang_partials(const pa_launch *L, const uint32_t *cores, uint32_t n, pa_worker_buf *bufs,
                              pa_mock_error *errors, uint32_t *failed);
-uint32_t pa_gang_size(const pa_launch *L);
+/* The gangs of the partial phase: how many, and gang g's logical cores (ascending; returns how many, 0 to
+ * PA_GANG_MAX).  Every core is in exactly one gang. */
+uint32_t pa_gang_count(const pa_launch *L);
+uint32_t pa_gang_cores(const pa_launch *L, uint32_t gang, uint32_t *cores);
 int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e);
 /* Row r of slot `slot` (r = token x num_heads + head): its final output from the running (go, gl, gm) or, with
  * go NULL, a zero row; writes the lse when the launch asks for it.  The sink joins the denominator here. */

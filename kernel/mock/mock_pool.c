@@ -1,7 +1,7 @@
 /*
  * Host threads of the mock device: the logical cores (block_idx 0 .. block_dim-1) of one phase are handed
  * out to host threads, each logical core running all of its tasks in order (in the partial phase, in gangs of
- * consecutive cores that one thread runs tile by tile, see pa_run_gang_partials).  Results do not depend on the
+ * cores holding one sequence's head groups, which one thread runs together, see pa_gang_cores).  Results do not depend on the
  * threads: every output element is written by one task with fixed arithmetic.  An error is reported for the
  * lowest failing logical core; cores above a known failure are skipped.
  *
@@ -24,7 +24,7 @@
 typedef struct pa_phase {
     const pa_launch *L;
     int combine;
-    uint32_t next_core;      /* atomic: the next logical core to hand out                               */
+    uint32_t next_unit;      /* atomic: the next gang (partials) or core (combine) to hand out          */
     uint32_t first_failed;   /* atomic: lowest failing core so far (block_dim if none)                 */
     pa_mock_error *errors;   /* one record per logical core, written only on failure                    */
 } pa_phase;
@@ -89,27 +89,29 @@ static void note_failure(pa_phase *ph, uint32_t core) {
     }
 }
 
-/* Partials: the thread claims gangs of consecutive logical cores (pa_gang_size) and runs them together. */
+/* Partials: the thread claims gangs (pa_gang_cores) and runs each gang's cores together; the combine: one core at
+ * a time. */
 static void run_cores_default_env(pa_phase *ph) {
     pa_worker_buf *buf = ph->combine ? 0 : thread_buffer();
-    const uint32_t gang = ph->combine ? 1 : pa_gang_size(ph->L), block_dim = ph->L->c.block_dim;
+    const uint32_t units = ph->combine ? ph->L->c.block_dim : pa_gang_count(ph->L);
     for (;;) {
-        uint32_t core = __atomic_fetch_add(&ph->next_core, gang, __ATOMIC_RELAXED);
-        if (core >= block_dim) {
+        uint32_t unit = __atomic_fetch_add(&ph->next_unit, 1, __ATOMIC_RELAXED), cores[PA_GANG_MAX];
+        if (unit >= units) {
             break;
         }
-        if (core > __atomic_load_n(&ph->first_failed, __ATOMIC_RELAXED)) {
+        const uint32_t n = ph->combine ? (cores[0] = unit, 1) : pa_gang_cores(ph->L, unit, cores);
+        if (n == 0 || cores[0] > __atomic_load_n(&ph->first_failed, __ATOMIC_RELAXED)) {
             continue;
         }
-        pa_mock_error *e = &ph->errors[core];
-        uint32_t n = block_dim - core < gang ? block_dim - core : gang, failed = core;
+        uint32_t failed = cores[0];
         int32_t rc;
         if (ph->combine) {
-            rc = pa_run_core_combine(ph->L, core, e);
+            rc = pa_run_core_combine(ph->L, cores[0], &ph->errors[cores[0]]);
         } else if (!buf) {
-            rc = pa_fail(e, PA_ERR_INTERNAL, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(), "out of host memory");
+            rc = pa_fail(&ph->errors[cores[0]], PA_ERR_INTERNAL, PA_NONE, PA_NONE, PA_NONE, pa_nowhere(),
+                         "out of host memory");
         } else {
-            rc = pa_run_gang_partials(ph->L, core, n, buf, e, &failed);
+            rc = pa_run_gang_partials(ph->L, cores, n, buf, ph->errors, &failed);
         }
         if (rc) {
             note_failure(ph, failed);
