@@ -71,14 +71,20 @@ PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_
             }
             V16 kc = v_widen(k + (int64_t)t * k_stride + c, bf16);
             for (int h = 0; h < hb; ++h) {
-                acc[t * hb + h] = v_fma(qc[h], kc, acc[t * hb + h]);
+                acc[h * tb + t] = v_fma(qc[h], kc, acc[h * tb + t]);
             }
         }
     }
-    v_reduce_add_block(acc, sums);
-    for (int t = 0; t < tb && t < nt; ++t) {
-        for (int h = 0; h < hb; ++h) {
-            s[(int64_t)h * s_stride + t] = sums[t * hb + h];
+    v_reduce_add_block(acc, sums); /* row-major: a row's tokens side by side, stored as one run */
+    for (int h = 0; h < hb; ++h) {
+        if (nt >= tb) {
+            for (int t = 0; t < tb; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
+        } else {
+            for (int t = 0; t < nt; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
         }
     }
 }
