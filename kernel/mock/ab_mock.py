@@ -3,9 +3,10 @@
     python kernel/mock/ab_mock.py OLD.so build/lib/libpa_mock.so [--reps 9] [--shapes b8_4k_fp16,b1_4k]
 
 Every shape's inputs are made once; the libraries' launches alternate (so a busy neighbour slows them alike),
-each after reading a clean 256 MiB buffer (the KV comes from DRAM); prints the median time and KV GB/s per
-library, then each later library's time over the first's, launch by launch (median [p20, p80]): the host's
-memory moves the times by several per cent from one run to the next, the ratio of neighbouring launches less.
+each after reading a clean 256 MiB buffer (the KV comes from DRAM, on 4 KiB pages as the benchmark's torch
+tensors are, unless --hugepages); prints the median time and KV GB/s per library, then each later library's time
+over the first's, launch by launch (median [p20, p80]): the host's memory moves the times by several per cent
+from one run to the next, the ratio of neighbouring launches less.
 The libraries must share the launch ABI (an older build with a shorter pa_mock_config ignores the fields it
 lacks).  Shapes: the benchmark's default-set shapes on the mock's side of the ledger.
 """
@@ -34,6 +35,17 @@ from workloads.shapes import (  # noqa: E402
 )
 
 FLUSH_BYTES = 256 << 20
+
+
+def set_madvise_hugepage(enabled: bool) -> None:
+    """numpy asks Linux for transparent huge pages for large arrays; torch's CPU allocator does not, so the
+    benchmark's KV sits on 4 KiB pages.  The hardware prefetchers and the TLB see the two differently (the mock's
+    step-25 probes read them at different rates), so by default the inputs here are made the benchmark's way."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    multiarray._set_madvise_hugepage(enabled)
 BYTES_PER_GB = 1e9
 
 
@@ -55,7 +67,10 @@ def main() -> None:
     parser.add_argument("libs", nargs="+", help="paths of libpa_mock.so builds")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--hugepages", action="store_true",
+                        help="let numpy back the inputs with transparent huge pages (its default on Linux)")
     args = parser.parse_args()
+    set_madvise_hugepage(args.hugepages)
     libs = []
     for path in args.libs:
         lib = ctypes.CDLL(str(Path(path).resolve()))
