@@ -77,6 +77,7 @@ extern "C" {
 #endif
 int32_t pa_mock_bind(const pa_mock_config *config);   /* PA_OK; copies the struct                          */
 int32_t pa_mock_last_error(pa_mock_error *out);        /* copies the calling thread's last error record    */
+/* The host probes (the mock only; the benchmark reads them from the mock library whatever the backend): */
 /* Read bandwidth of this host in GB/s (1e9 bytes/s): `threads` threads (0 = CPUs) sum a `bytes` buffer,
  * best of `reps` passes after one warm pass.  The benchmark's physical limit on the mock. */
 double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps);

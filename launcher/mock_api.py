@@ -2,10 +2,10 @@
 
 The mock device and the simulation export, besides ``call_kernel``: ``pa_mock_bind`` (per-thread binding of
 buffer extents, num_blocks, checked mode, thread count and SIMD path), ``pa_mock_last_error`` (per-thread error
-record), ``pa_mock_read_bandwidth_gbs``, ``pa_mock_fma_peak_gflops`` (the mock only), ``pa_mock_struct_layout`` and
-``pa_abi_kv_splits``.  :func:`declare` sets ``argtypes`` and ``restype`` once on a loaded library;
-:func:`layout_mismatches` compares these ``Structure`` classes with the C layout the library reports (the
-launcher refuses a library that disagrees).  No other module defines these structs.
+record), the host probes ``pa_mock_read_bandwidth_gbs`` and ``pa_mock_fma_peak_gflops`` (the mock only),
+``pa_mock_struct_layout`` and ``pa_abi_kv_splits``.  :func:`declare` sets ``argtypes`` and ``restype`` once on a
+loaded library; :func:`layout_mismatches` compares these ``Structure`` classes with the C layout the library
+reports (the launcher refuses a library that disagrees).  No other module defines these structs.
 """
 
 from __future__ import annotations

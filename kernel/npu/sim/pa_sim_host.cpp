@@ -1,6 +1,6 @@
 /*
- * Host side of libpa_sim.so: the ABI exports, the mock API (bind, last error, read bandwidth) with the
- * mock's semantics, and pa_sim_stats_get.  call_kernel validates the launch, then runs block_dim clusters
+ * Host side of libpa_sim.so: the ABI exports, the mock API (bind, last error; the host probes are the mock's
+ * alone) with the mock's semantics, and pa_sim_stats_get.  call_kernel validates the launch, then runs block_dim clusters
  * of one cube and two vector threads over the kernel in pa_kernel.cpp and joins them.  A pto-isa on-chip
  * overflow asserts and aborts the process: run simulated launches in a subprocess.
  */
@@ -219,31 +219,6 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
     const int32_t old = TimeoutMs();
     g_timeoutMs = ms;
     return old;
-}
-
-double pa_mock_read_bandwidth_gbs(uint64_t bytes, int32_t threads, int32_t reps)
-{
-    const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
-    const size_t words = std::max<uint64_t>(bytes / sizeof(uint64_t), n);
-    std::vector<uint64_t> buf(words, 1);
-    std::vector<uint64_t> sums(n);
-    double best = 0.0;
-    for (int32_t rep = -1; rep < std::max(reps, 1); ++rep) { /* rep -1 warms the buffer */
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<std::thread> pool;
-        for (unsigned i = 0; i < n; ++i) {
-            pool.emplace_back([&, i] {
-                const size_t lo = words * i / n, hi = words * (i + 1) / n;
-                uint64_t s = 0;
-                for (size_t j = lo; j < hi; ++j) s += buf[j];
-                sums[i] = s;
-            });
-        }
-        for (auto &t : pool) t.join();
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (rep >= 0 && sec > 0) best = std::max(best, double(words * sizeof(uint64_t)) / sec / 1e9);
-    }
-    return best;
 }
 
 }  // extern "C"
