@@ -260,3 +260,26 @@ def test_ragged_table_forces_a_split_count_through_the_planner_grid() -> None:
     with pytest.raises(ValueError, match="exactly 9 ranges"):
         ragged.split_count_grid(lens, 9, **grid_kw)  # 32 pages: ranges of 4 pages make 8, of 3 pages 11
     assert planner.plan_paged_attention(lens, **kw).kv_core_num != 7  # nothing left behind
+
+
+@needs_cpu_sim
+def test_a_forced_grid_is_traced_and_replayed_with_its_band() -> None:
+    """``trace_of(grid=...)`` (what ``timing.plan_search`` and ``timing.ragged --kvcn`` replay) plans the given
+    grid for the simulated launch, and a candidate's report carries its band."""
+    pytest.importorskip("timing.costs")
+    from timing import plan_search
+    from timing.predictions import trace_of
+    from workloads.shapes import uniform_shape
+
+    try:
+        from timing.costs import load_cost_tables
+
+        load_cost_tables()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    shape = uniform_shape(1, 1024, num_heads=8, num_kv_heads=2, head_dim=128, block_size=128)
+    cand = next(c for c in plan_search.candidates(shape, 8) if c.kv_core_num > 1)
+    _, plan = trace_of(shape, 8, with_plan=True, grid=plan_search.candidate_grid(shape, cand, 8))
+    assert (plan.strategy, plan.kv_core_num) == ("split_kv", cand.kv_core_num)
+    text = plan_search.with_band(shape, cand, plan_search.predicted(shape, cand))
+    assert "µs [band " in text

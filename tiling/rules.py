@@ -115,8 +115,8 @@ def lengths_array(context_lens: object) -> np.ndarray:
                 raise ValueError(f"context_lens must fit in 64 bits, got {huge}")
             lens = np.fromiter((int(item) for item in context_lens), dtype=np.int64, count=len(context_lens))
     else:
-        raise TypeError(f"context_lens must be an int32 torch.Tensor or a list of ints, got "
-                        f"{type(context_lens).__name__}")
+        raise TypeError(f"context_lens must be a list of ints or an integer numpy array (the launcher also takes an "
+                        f"int32 torch.Tensor; the planner does not), got {type(context_lens).__name__}")
     _require(lens.ndim == 1, f"context_lens must be 1-D [batch], got shape {tuple(lens.shape)}")
     return lens
 

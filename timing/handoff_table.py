@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling import PagedAttentionPlan, abi, plan_paged_attention
+from timing.model import prediction_text
 from timing.predictions import predict_shape
 from workloads.shapes import uniform_shape
 
@@ -40,6 +41,7 @@ class Row:
     scratch_kib_per_core: float
     syncs_per_task: int
     predicted_us: float | None
+    band_us: tuple[float, float] | None = None
 
 
 def handoff_tokens(size: str, context: int) -> int:
@@ -67,13 +69,14 @@ def row(batch: int, context: int, size: str, max_kv_bytes: float) -> Row:
     tasks = batch * math.ceil(HEADS / heads) * max(1, kvcn)
     units = math.ceil(tokens / handoff)
     scratch = (plan.workspace.s_bytes + plan.workspace.p_bytes) / plan.block_dim
-    predicted = None
+    predicted, band = None, None
     kv_bytes = 2 * batch * context * KV_HEADS * HEAD_DIM * ELEM_BYTES
     if kv_bytes <= max_kv_bytes:
         shape = uniform_shape(batch, context, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                               block_size=BLOCK_SIZE)
-        predicted = predict_shape(shape, handoff)["predicted_us"]
-    return Row(batch, context, size, tasks, tokens, units, units - 1, scratch / 1024, 4 * units, predicted)
+        prediction = predict_shape(shape, handoff)
+        predicted, band = prediction["predicted_us"], tuple(prediction["band_us"])
+    return Row(batch, context, size, tasks, tokens, units, units - 1, scratch / 1024, 4 * units, predicted, band)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         for context in (int(c) for c in args.contexts.split(",")):
             for size in args.sizes.split(","):
                 r = row(batch, context, size, args.max_kv_gb * 1e9)
-                pred = "-" if r.predicted_us is None else f"{r.predicted_us:.1f}"
+                pred = "-" if r.predicted_us is None or r.band_us is None else \
+                    prediction_text(r.predicted_us, r.band_us)
                 print(f"| {r.batch} | {r.context} | {r.size} | {r.tasks} | {r.tokens_per_task} | {r.handoffs_per_task}"
                       f" | {r.rescales_per_task} | {r.scratch_kib_per_core:.0f} | {r.syncs_per_task} | {pred} |",
                       flush=True)

@@ -17,7 +17,8 @@ to the trace or the constants, each an upper bound of what that lever can give:
   FP32 exponent bits instead of a float multiply) can give; in pto-isa's A2/A3 tables the row-expand add it
   would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles).
 
-The gains are predictions of the model in timing/ at its nominal constants, with the pessimistic end beside.
+Every time is a prediction of the model in timing/, printed with its band (``timing.model.prediction_text``); the
+gains are at the nominal constants and at the pessimistic end.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import DEFAULT, ModelConstants, at_band_end
+from timing.model import DEFAULT, ModelConstants, at_band_end, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from workloads import bytes_model
@@ -83,17 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     wanted = args.shapes.split(",")
     shapes = [s for s in pr_shapes() if s.shape_id in wanted]
-    print("| shape | lever | predicted µs (nominal) | gain | predicted µs (pessimistic) | gain |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | lever | predicted µs | gain (nominal) | gain (pessimistic end) |")
+    print("|---|---|---|---|---|")
     for shape in shapes:
         trace = trace_of(shape, DEFAULT.cube_cores)
-        nominal, pessimistic = levers(trace, DEFAULT), levers(trace, at_band_end(DEFAULT, 1))
+        nominal, fast, slow = (levers(trace, c) for c in (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1)))
         for name in nominal:
             gain = nominal["today"] / nominal[name]
-            gain_p = pessimistic["today"] / pessimistic[name]
-            print(f"| {shape.shape_id} | {name} | {nominal[name]:.1f} | {gain:.3f}x | {pessimistic[name]:.1f} | "
-                  f"{gain_p:.3f}x |", flush=True)
-        print(f"| {shape.shape_id} | (HBM floor) | {bytes_model.traffic(shape).total_bytes / 1.6e12 * 1e6:.1f} | | | |")
+            gain_p = slow["today"] / slow[name]
+            print(f"| {shape.shape_id} | {name} | {prediction_text(nominal[name], (fast[name], slow[name]))} | "
+                  f"{gain:.3f}x | {gain_p:.3f}x |", flush=True)
+        floor_us = bytes_model.traffic(shape).total_bytes / DEFAULT.hbm_peak_bytes_per_s * 1e6
+        print(f"| {shape.shape_id} | (HBM floor) | {floor_us:.1f} µs | | |")
     return 0
 
 

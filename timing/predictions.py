@@ -65,7 +65,7 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
     if grid is not None:
         plan = runner.plan
         runner.install_plan(plan_paged_attention(
-            case.context_lens, num_heads=plan.num_heads, num_kv_heads=plan.num_kv_heads, head_dim=plan.head_dim,
+            case.context_lens.numpy(), num_heads=plan.num_heads, num_kv_heads=plan.num_kv_heads, head_dim=plan.head_dim,
             block_size=plan.block_size, max_pages=plan.max_pages, num_blocks=plan.num_blocks, scale=plan.scale,
             dtype=plan.dtype, core_count=core_count, handoff_tokens=handoff_tokens, grid=grid))
     trace = tr.capture(runner.library.handle, runner, runner.plan.block_dim)

@@ -19,7 +19,7 @@ import numpy as np
 from tiling import balance
 from tiling.splits import CoreSplit, one_pass_grid
 from timing.levers import predicted_us
-from timing.model import DEFAULT, at_band_end
+from timing.model import DEFAULT, at_band_end, prediction_text
 from timing.predictions import trace_of
 from workloads.shapes import ragged_shape
 
@@ -41,7 +41,7 @@ def split_count_grid(lens: np.ndarray, kvcn: int, *, num_heads: int, num_kv_head
 def row(entry: str, kvcn: int | None, cores: int) -> str:
     batch, longest = entry.removeprefix("b").split(":")
     shape = ragged_shape(int(batch), high=int(longest))
-    pessimistic = at_band_end(DEFAULT, 1)
+    ends = (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1))  # nominal, optimistic, pessimistic
     if kvcn is None:
         trace, plan = trace_of(shape, cores, with_plan=True)
     else:
@@ -51,9 +51,10 @@ def row(entry: str, kvcn: int | None, cores: int) -> str:
     grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num}"
     grid += f" x {plan.kv_split_tokens} tokens" if plan.kv_core_num > 1 else ""
     grid += f", {plan.split.former_head} heads/task" + ("" if kvcn is None else " (forced)")
-    return (f"| {shape.shape_id} | {grid} | {predicted_us(trace, DEFAULT):.1f} | "
-            f"{predicted_us(trace, DEFAULT, balanced=True):.1f} | {predicted_us(trace, pessimistic):.1f} | "
-            f"{predicted_us(trace, pessimistic, balanced=True):.1f} |")
+    today = [predicted_us(trace, c) for c in ends]
+    balanced = [predicted_us(trace, c, balanced=True) for c in ends]
+    return (f"| {shape.shape_id} | {grid} | {prediction_text(today[0], today[1:])} | "
+            f"{prediction_text(balanced[0], balanced[1:])} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=DEFAULT.cube_cores, help="cores the plan may launch")
     args = p.parse_args(argv)
     counts: list[int | None] = [int(k) for k in args.kvcn.split(",") if k] or [None]
-    print("| shape | plan | nominal µs | bound | pessimistic µs | bound |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | plan | predicted µs | balanced-cores bound µs |")
+    print("|---|---|---|---|")
     for entry in args.shapes.split(","):
         for kvcn in counts:
             print(row(entry, kvcn, args.cores), flush=True)
