@@ -50,7 +50,8 @@ typedef struct pa_mock_config {
     int32_t gang_cores;                     /* logical cores a host thread runs together (reading each KV
                                              * row once for all of them); 0 = the mock's choice (a
                                              * sequence's head groups, or a KV split's, at most 4), 1 = one
-                                             * at a time.  The results do not depend on it                */
+                                             * at a time; never more than those head groups.  The results
+                                             * do not depend on it                                        */
 } pa_mock_config;
 
 #define PA_MOCK_MESSAGE_BYTES 256

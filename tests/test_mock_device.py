@@ -276,13 +276,16 @@ def test_gangs_give_the_bits_of_cores_run_alone(lib: ctypes.CDLL, rng: np.random
     boundaries), the results are those of the logical cores run one at a time, whatever the gang."""
     paths = [isa for isa in mock_api.Isa if isa != mock_api.Isa.AUTO and lib.pa_mock_isa_available(isa)]
     batch = [700, 129, 0, 300, 65, 512, 33, 200]
-    # BN with head groups; split-KV with whole rows per task; split-KV with head groups (gangs of one split)
-    for strategy, lengths in (("bn", batch), ("split_kv", batch), ("split_kv", [4000])):
+    # (strategy, lengths, whether the plan has several head groups per sequence, several KV splits):
+    # BN with head groups (consecutive gangs); split-KV with head groups (gangs of one split, kvCN cores apart);
+    # split-KV with whole rows per task (gangs of one: only the order of the cores' tasks is in question)
+    for strategy, lengths, groups, splits in (("bn", batch, True, False), ("split_kv", [4000], True, True),
+                                              ("split_kv", batch, False, True)):
         case = h.make_case(rng, lengths, num_heads=32, num_kv_heads=8, head_dim=128, block_size=64, dtype="bf16",
                            value_scale=2.0, strategy=strategy)
         words = case.plan.tiling
-        head_groups = words[Word.FORMER_BATCH] and words[Word.FORMER_HEAD] < case.num_heads
-        assert head_groups or len(lengths) > 1, "the control needs several head groups per sequence to gang"
+        assert bool(words[Word.FORMER_BATCH] and words[Word.FORMER_HEAD] < case.num_heads) == groups, lengths
+        assert (words[Word.KVCORENUM] > 1) == splits, lengths
         for isa in paths:
             alone = h.launch(lib, case, isa=isa, gang_cores=1)
             assert alone.code == 0, alone.error.message

@@ -41,7 +41,7 @@ class Row:
     scratch_kib_per_core: float
     syncs_per_task: int
     predicted_us: float | None
-    band_us: tuple[float, float] | None = None
+    band_us: tuple[float, float] | None
 
 
 def handoff_tokens(size: str, context: int) -> int:
@@ -69,13 +69,15 @@ def row(batch: int, context: int, size: str, max_kv_bytes: float) -> Row:
     tasks = batch * math.ceil(HEADS / heads) * max(1, kvcn)
     units = math.ceil(tokens / handoff)
     scratch = (plan.workspace.s_bytes + plan.workspace.p_bytes) / plan.block_dim
-    predicted, band = None, None
+    predicted: float | None = None
+    band: tuple[float, float] | None = None
     kv_bytes = 2 * batch * context * KV_HEADS * HEAD_DIM * ELEM_BYTES
     if kv_bytes <= max_kv_bytes:
         shape = uniform_shape(batch, context, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                               block_size=BLOCK_SIZE)
         prediction = predict_shape(shape, handoff)
-        predicted, band = prediction["predicted_us"], tuple(prediction["band_us"])
+        low, high = prediction["band_us"]
+        predicted, band = float(prediction["predicted_us"]), (float(low), float(high))
     return Row(batch, context, size, tasks, tokens, units, units - 1, scratch / 1024, 4 * units, predicted, band)
 
 
@@ -87,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-kv-gb", type=float, default=3.0, help="largest K/V the simulation may allocate")
     args = p.parse_args(argv)
     print("| batch | context | hand-off | tasks | tokens/task | hand-offs/task | rescales/task | S+P scratch KiB/core "
-          "| syncs/task | predicted µs |")
+          "| syncs/task | prediction |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for batch in (int(b) for b in args.batches.split(",")):
         for context in (int(c) for c in args.contexts.split(",")):
             for size in args.sizes.split(","):
                 r = row(batch, context, size, args.max_kv_gb * 1e9)
-                pred = "-" if r.predicted_us is None or r.band_us is None else \
-                    prediction_text(r.predicted_us, r.band_us)
+                pred = "-"
+                if r.predicted_us is not None and r.band_us is not None:
+                    pred = prediction_text(r.predicted_us, r.band_us)
                 print(f"| {r.batch} | {r.context} | {r.size} | {r.tasks} | {r.tokens_per_task} | {r.handoffs_per_task}"
                       f" | {r.rescales_per_task} | {r.scratch_kib_per_core:.0f} | {r.syncs_per_task} | {pred} |",
                       flush=True)

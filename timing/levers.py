@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     wanted = args.shapes.split(",")
     shapes = [s for s in pr_shapes() if s.shape_id in wanted]
-    print("| shape | lever | predicted µs | gain (nominal) | gain (pessimistic end) |")
+    print("| shape | lever | prediction | gain (nominal) | gain (pessimistic end) |")
     print("|---|---|---|---|---|")
     for shape in shapes:
         trace = trace_of(shape, DEFAULT.cube_cores)

@@ -6,8 +6,9 @@ grid of whole KV groups per task and whole pages per KV range.
 For each shape the planner's own grid and each candidate (q heads per task: whole KV groups up to the ABI's
 head-split cap; KV range: any whole number of pages that leaves at most two rounds of tasks on the cores and
 no more ranges than the combine holds) run once in the simulation and are replayed at the model's nominal
-constants; the best few are replayed at both ends of the band too.  This is the evidence behind the planner's
-small-batch rule (``tiling/splits.py``: ``split_small_batch``); its figures are predictions, not measurements.
+constants; the best few are traced again and replayed at both ends of the band too.  This is the evidence behind
+the planner's small-batch rule (``tiling/splits.py``: ``split_small_batch``); its figures are predictions, not
+measurements.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from timing.costs import load_cost_tables
 from timing.model import DEFAULT, at_band_end, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
+from timing.trace import Trace
 from workloads.shapes import BenchShape, pr_shapes
 
 
@@ -54,19 +56,24 @@ def candidate_grid(shape: BenchShape, cand: Candidate, core_count: int) -> split
                                 cand.pages_per_split * shape.block_size, cand.kv_core_num, core_count)
 
 
-def predicted(shape: BenchShape, cand: Candidate | None, end: int | None = None) -> float:
-    """``cand``'s (None: the planner's) predicted µs at the nominal constants, or at one end of the band (0
-    optimistic, 1 pessimistic)."""
-    constants = DEFAULT if end is None else at_band_end(DEFAULT, end)
+def trace_for(shape: BenchShape, cand: Candidate | None) -> Trace:
+    """The simulation's trace of ``cand``'s grid (None: the planner's)."""
     if cand is None:
-        trace = trace_of(shape, DEFAULT.cube_cores)
-    else:
-        trace = trace_of(shape, DEFAULT.cube_cores, grid=candidate_grid(shape, cand, DEFAULT.cube_cores))
-    return replay(trace, load_cost_tables(), constants).predicted_us
+        return trace_of(shape, DEFAULT.cube_cores)
+    return trace_of(shape, DEFAULT.cube_cores, grid=candidate_grid(shape, cand, DEFAULT.cube_cores))
 
 
-def with_band(shape: BenchShape, cand: Candidate | None, nominal_us: float) -> str:
-    return prediction_text(nominal_us, (predicted(shape, cand, 0), predicted(shape, cand, 1)))
+def predicted(shape: BenchShape, cand: Candidate | None) -> float:
+    """``cand``'s (None: the planner's) predicted µs at the nominal constants."""
+    return replay(trace_for(shape, cand), load_cost_tables(), DEFAULT).predicted_us
+
+
+def with_band(shape: BenchShape, cand: Candidate | None) -> str:
+    """``cand``'s prediction with its band: one trace, replayed at the nominal constants and at both band ends."""
+    trace, costs = trace_for(shape, cand), load_cost_tables()
+    nominal, fast, slow = (replay(trace, costs, c).predicted_us
+                           for c in (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1)))
+    return prediction_text(nominal, (fast, slow))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,16 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     wanted = [s for s in args.shapes.split(",") if s]
     shapes = [s for s in pr_shapes() if (s.shape_id in wanted if wanted else s.batch == 1)]
-    print("| shape | grid | heads/task | KV ranges | tasks | predicted µs |")
+    print("| shape | grid | heads/task | KV ranges | tasks | prediction |")
     print("|---|---|---|---|---|---|")
     for shape in shapes:
-        base = predicted(shape, None)
         ranked = sorted(((predicted(shape, c), c) for c in candidates(shape, DEFAULT.cube_cores)),
                         key=lambda r: r[0])
-        print(f"| {shape.shape_id} | planner | - | - | - | {with_band(shape, None, base)} |")
-        for us, c in ranked[: args.top]:
+        print(f"| {shape.shape_id} | planner | - | - | - | {with_band(shape, None)} |")
+        for _, c in ranked[: args.top]:
             print(f"| {shape.shape_id} | candidate | {c.head_split} | {c.kv_core_num} | {c.tasks} | "
-                  f"{with_band(shape, c, us)} |")
+                  f"{with_band(shape, c)} |")
     return 0
 
 

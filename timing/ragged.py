@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=DEFAULT.cube_cores, help="cores the plan may launch")
     args = p.parse_args(argv)
     counts: list[int | None] = [int(k) for k in args.kvcn.split(",") if k] or [None]
-    print("| shape | plan | predicted µs | balanced-cores bound µs |")
+    print("| shape | plan | prediction | balanced-cores bound |")
     print("|---|---|---|---|")
     for entry in args.shapes.split(","):
         for kvcn in counts:

@@ -45,7 +45,9 @@ def set_madvise_hugepage(enabled: bool) -> None:
         from numpy._core import multiarray
     except ImportError:  # numpy < 2
         from numpy.core import multiarray  # type: ignore[no-redef]
-    multiarray._set_madvise_hugepage(enabled)
+    multiarray._set_madvise_hugepage(enabled)  # numpy's own switch (private, stable since numpy 1.20)
+
+
 BYTES_PER_GB = 1e9
 
 
@@ -97,7 +99,7 @@ def main() -> None:
         ratios = [np.asarray(t) / np.asarray(times[0]) for t in times[1:]]  # launch by launch, against the first
         cells += [f"x{float(np.median(r)):.3f} [{float(np.percentile(r, 20)):.3f}, {float(np.percentile(r, 80)):.3f}]"
                   for r in ratios]
-        print(f"{sid:12s} " + " | ".join(cells), flush=True)
+        print(f"{sid:16s} " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ static inline float v_reduce_add(V16 v) {
 }
 
 /* Sixteen fixed-tree reductions at once: each step adds lane i and lane i + w of every vector (w = 8, 4,
- * 2, 1) while packing two vectors into one; a final permutation puts token t in lane t. */
+ * 2, 1) while packing two vectors into one; a final permutation puts accumulator i's sum in lane i. */
 static inline void v_reduce_add_block(const V16 *acc, float *out) {
     __m512 s8[8], s4[4], s2[2];
     for (int m = 0; m < 8; ++m) {

@@ -159,8 +159,8 @@ static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *
 
 /* The cores of `runs` listed in `member` (n of them, one or more) run their current tiles, which cover the same
  * tokens of the same sequence, together: each cube pass goes page segment by segment (segment_pass), so the
- * gang reads each page row once, whole, while its lines stream in.  Each core computes exactly what it computes
- * alone (its own schedule, scratch and values; only the order of the work between cores changes).  A core that
+ * gang reads its kv heads of each page row once, while its lines stream in.  Each core computes exactly what it
+ * computes alone (its own scratch and values; only the order of the work between cores changes).  A core that
  * fails stops (its code in fail[i]); the others go on. */
 static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *member, uint32_t n, int32_t *fail) {
     const pa_task *T = &runs[member[0]].T;
@@ -269,7 +269,7 @@ int32_t pa_run_gang_partials(const pa_launch *L, const uint32_t *cores, uint32_t
 }
 
 /* How the logical cores fall into gangs.  The first round of the former tasks (else of the tail tasks) lays a
- * sequence's head groups times its KV splits on consecutive cores, split-major: the cores of one split are
+ * sequence's head groups times its KV splits on consecutive cores, the split fastest: the cores of one split are
  * `stride` (the splits) apart.  Blocks of `groups * stride` cores; in each, the head groups of one split, up to
  * `members` at a time (the binding's gang_cores, else PA_GANG_MAX), make a gang. */
 typedef struct pa_gang_layout {

@@ -66,9 +66,9 @@ typedef struct pa_worker_buf {
     float gm[PA_TASK_ROWS], gl[PA_TASK_ROWS], dm[PA_TASK_ROWS], ll[PA_TASK_ROWS];
     unsigned char started[PA_TASK_ROWS];       /* the row has met a key it may see (window, causality)   */
     float p_f32[PA_S_HALF_ELEMS];                    /* P of one tile, read back and widened for P.V    */
-    /* Rows in the order the cube reads them, for a core run alone: this tile's K (Q.K), its V (P.V), then the next
-     * tile's first K rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is used.  (kv heads x tokens
-     * of a tile <= heads x round16(tokens) <= PA_S_HALF_ELEMS.) */
+    /* Rows in the order the cube reads them, for a core run alone on slices of rows: this tile's K (Q.K), its V
+     * (P.V), then the next tile's first K rows; entry i + PA_PREFETCH_AHEAD_ROWS is prefetched while row i is
+     * used.  (kv heads x tokens of a tile <= heads x round16(tokens) <= PA_S_HALF_ELEMS.) */
     const uint16_t *rows[2 * PA_S_HALF_ELEMS + 2 * PA_PREFETCH_AHEAD_ROWS];
 } pa_worker_buf;
 

@@ -1,9 +1,9 @@
 /*
  * Host threads of the mock device: the logical cores (block_idx 0 .. block_dim-1) of one phase are handed
  * out to host threads, each logical core running all of its tasks in order (in the partial phase, in gangs of
- * cores holding one sequence's head groups, which one thread runs together, see pa_gang_cores).  Results do not depend on the
- * threads: every output element is written by one task with fixed arithmetic.  An error is reported for the
- * lowest failing logical core; cores above a known failure are skipped.
+ * cores holding the head groups of one sequence or KV split, which one thread runs together, see pa_gang_cores).
+ * Results do not depend on the threads: every output element is written by one task with fixed arithmetic.  An
+ * error is reported for the lowest failing logical core; cores above a known failure are skipped.
  *
  * Helper threads live in one persistent pool (created on first use, re-created in a forked child), so a
  * launch costs a wake-up rather than thread creation.  Launches that use helpers take the pool in turn; a

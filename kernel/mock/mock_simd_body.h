@@ -5,7 +5,7 @@
  *   v_widen(const uint16_t *, bf16) v_narrow_store(uint16_t *, V16, bf16) v_reduce_add (the fixed tree)
  *   v_reduce_max v_round (nearest even) v_pow2i (2^n of an integral V16) v_zero_below(res, x, threshold)
  * v_reduce_add_block (PA_QK_BLOCK vectors, each by the fixed tree), PA_QK_BLOCK and PA_QK_WIDE_ROWS (Q.K
- * accumulators = tokens x rows, and the widest row count),
+ * accumulators = rows x tokens, and the widest row count),
  * PA_PV_ROWS x PA_PV_CHUNKS (P.V accumulator block) and PA_SIMD_ALIGN.
  * It defines the pa_math_ops table PA_SIMD_TABLE named PA_SIMD_NAME (Q.K and P.V: PA_SIMD_QK_ENTRY and
  * PA_SIMD_PV_ENTRY when the path defines them, else the ones below).  Heads whose dimension is not a

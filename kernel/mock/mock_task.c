@@ -117,7 +117,7 @@ static int32_t add_rope_scores(const pa_launch *L, const pa_task *T, const pa_ti
 /* Q.K^T into S (qk = 1) or P.V into o_tmp (qk = 0) of tokens [tok, tok + count) of one page (block id `id`)
  * for every kv head of task T, in kv-head order.  With a schedule place (pos, advanced), row i of the block
  * prefetches schedule entry pos + i + PA_PREFETCH_AHEAD_ROWS (pages are scattered: the hardware prefetchers
- * cannot find them); without one (a gang has read the block already), nothing. */
+ * cannot find them); without one (the block was read already: a gang's, or a whole-row core's), nothing. */
 int32_t pa_cube_block(const pa_launch *L, const pa_task *T, const pa_tile *t, pa_worker_buf *buf, int qk,
                       int64_t id, uint32_t tok, uint32_t count, uint32_t *pos, pa_mock_error *e) {
     const int64_t row_stride = (int64_t)L->c.kv_heads * L->c.head_dim;

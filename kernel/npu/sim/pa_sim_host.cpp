@@ -1,8 +1,8 @@
 /*
  * Host side of libpa_sim.so: the ABI exports, the mock API (bind, last error; the host probes are the mock's
- * alone) with the mock's semantics, and pa_sim_stats_get.  call_kernel validates the launch, then runs block_dim clusters
- * of one cube and two vector threads over the kernel in pa_kernel.cpp and joins them.  A pto-isa on-chip
- * overflow asserts and aborts the process: run simulated launches in a subprocess.
+ * alone) with the mock's semantics, and pa_sim_stats_get.  call_kernel validates the launch, then runs
+ * block_dim clusters of one cube and two vector threads over the kernel in pa_kernel.cpp and joins them.  A
+ * pto-isa on-chip overflow asserts and aborts the process: run simulated launches in a subprocess.
  */
 #include <algorithm>
 #include <atomic>
