@@ -128,7 +128,7 @@ static void touch_block(const pa_launch *L, int qk, int64_t id, uint32_t tok, ui
 
 /* Q.K (qk = 1) or P.V of the page segment [tok, tok + count) (block ids id[]) for the cores `member` that have
  * not failed, block by block (pa_block_rows).  With `touch` (a gang, or a core alone that reads whole rows), each
- * block is first read, the kv heads of all the cores, line by line in address order (touch_block), then each core
+ * block is first read, the cores' kv heads [kvh0, kvh1], line by line in address order (touch_block), then each core
  * computes its kv heads of it from the cache; without, the core prefetches its rows from its schedule (pos).
  * Why: the cores together read a block kv head by kv head (a slice of each row, rows apart), an order the
  * hardware prefetchers do not stream, and software prefetches do not train them; demand loads in address order
@@ -136,9 +136,8 @@ static void touch_block(const pa_launch *L, int qk, int64_t id, uint32_t tok, ui
  * core alone that reads a slice of each row keeps the schedule: touching its slices was slower.  Each core's
  * failure lands in fail[i]. */
 static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *member, uint32_t n, int32_t *fail,
-                         const int64_t *id, int qk, int touch, uint32_t tok, uint32_t count, uint32_t *pos) {
-    const pa_task *t_first = &runs[member[0]].T, *t_last = &runs[member[n - 1]].T;
-    const uint32_t kvh0 = t_first->head0 / L->c.group, kvh1 = (t_last->head0 + t_last->heads - 1) / L->c.group;
+                         const int64_t *id, int qk, int touch, uint32_t kvh0, uint32_t kvh1, uint32_t tok,
+                         uint32_t count, uint32_t *pos) {
     const uint32_t blk = pa_block_rows(L);
     for (uint32_t b = 0; b < count; b += blk) {
         const uint32_t m = count - b < blk ? count - b : blk;
@@ -163,8 +162,9 @@ static void segment_pass(const pa_launch *L, pa_core_run *runs, const uint32_t *
  * computes alone (its own scratch and values; only the order of the work between cores changes).  A core that
  * fails stops (its code in fail[i]); the others go on. */
 static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *member, uint32_t n, int32_t *fail) {
-    const pa_task *T = &runs[member[0]].T;
-    const int touch = n > 1 || (T->head0 < L->c.group && (T->head0 + T->heads - 1) / L->c.group + 1 == L->c.kv_heads);
+    const pa_task *first = &runs[member[0]].T, *last = &runs[member[n - 1]].T; /* members in head order */
+    const uint32_t kvh0 = first->head0 / L->c.group, kvh1 = (last->head0 + last->heads - 1) / L->c.group;
+    const int touch = n > 1 || (kvh0 == 0 && kvh1 + 1 == L->c.kv_heads); /* a gang, or whole rows */
     for (uint32_t i = 0; i < n; ++i) {
         fail[i] = tile_begin(L, &runs[member[i]], !touch);
     }
@@ -183,7 +183,7 @@ static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *mem
             if (count == 0) { /* every core has failed */
                 return;
             }
-            segment_pass(L, runs, member, n, fail, id, qk, touch, tok, count, &pos);
+            segment_pass(L, runs, member, n, fail, id, qk, touch, kvh0, kvh1, tok, count, &pos);
             tok += count;
         }
         for (uint32_t i = 0; qk && i < n; ++i) {
@@ -199,9 +199,9 @@ static void run_tiles(const pa_launch *L, pa_core_run *runs, const uint32_t *mem
     }
 }
 
-/* Two cores' current tasks cover the same tokens of the same sequence, in the same tiles. */
+/* Two cores' current tasks cover the same tokens of the same sequence (so the same tiles: pa_tile_span). */
 static int same_tokens(const pa_core_run *a, const pa_core_run *b) {
-    return a->T.slot == b->T.slot && a->T.tok0 == b->T.tok0 && a->T.len == b->T.len && a->tiles == b->tiles;
+    return a->T.slot == b->T.slot && a->T.tok0 == b->T.tok0 && a->T.len == b->T.len;
 }
 
 /* Runs the logical cores cores[0 .. n) on this thread, task by task (each core's tasks in its own order, with its
@@ -273,7 +273,7 @@ int32_t pa_run_gang_partials(const pa_launch *L, const uint32_t *cores, uint32_t
  * `stride` (the splits) apart.  Blocks of `groups * stride` cores; in each, the head groups of one split, up to
  * `members` at a time (the binding's gang_cores, else PA_GANG_MAX), make a gang. */
 typedef struct pa_gang_layout {
-    uint32_t groups, stride, members, per_block;
+    uint32_t groups, stride, members, per_block, gangs_per_block;
 } pa_gang_layout;
 
 static pa_gang_layout gang_layout(const pa_launch *L) {
@@ -287,20 +287,20 @@ static pa_gang_layout gang_layout(const pa_launch *L) {
     }
     uint64_t members = L->cfg.gang_cores > 0 ? (uint64_t)L->cfg.gang_cores : PA_GANG_MAX;
     members = members < groups ? members : groups;
-    return (pa_gang_layout){(uint32_t)groups, (uint32_t)stride, (uint32_t)members, (uint32_t)(groups * stride)};
+    return (pa_gang_layout){(uint32_t)groups, (uint32_t)stride, (uint32_t)members, (uint32_t)(groups * stride),
+                            (uint32_t)(stride * ((groups + members - 1) / members))};
 }
 
 uint32_t pa_gang_count(const pa_launch *L) {
     const pa_gang_layout g = gang_layout(L);
     const uint32_t blocks = (L->c.block_dim + g.per_block - 1) / g.per_block;
-    return blocks * g.stride * ((g.groups + g.members - 1) / g.members);
+    return blocks * g.gangs_per_block;
 }
 
 uint32_t pa_gang_cores(const pa_launch *L, uint32_t gang, uint32_t *cores) {
     const pa_gang_layout g = gang_layout(L);
-    const uint32_t per_block = g.stride * ((g.groups + g.members - 1) / g.members);
-    const uint32_t base = gang / per_block * g.per_block, split = gang % per_block % g.stride;
-    const uint32_t first = gang % per_block / g.stride * g.members;
+    const uint32_t base = gang / g.gangs_per_block * g.per_block, split = gang % g.gangs_per_block % g.stride;
+    const uint32_t first = gang % g.gangs_per_block / g.stride * g.members;
     uint32_t n = 0;
     for (uint32_t h = first; h < g.groups && h < first + g.members; ++h) {
         const uint64_t core = (uint64_t)base + split + (uint64_t)h * g.stride;

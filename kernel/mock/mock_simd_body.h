@@ -77,7 +77,7 @@ PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_
     }
     v_reduce_add_block(acc, sums); /* row-major: a row's tokens side by side, stored as one run */
     for (int h = 0; h < hb; ++h) {
-        if (nt >= tb) {
+        if (nt >= tb) { /* a full block: a constant count, so the run is stored as one vector */
             for (int t = 0; t < tb; ++t) {
                 s[(int64_t)h * s_stride + t] = sums[h * tb + t];
             }
