@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from timing import trace as tr
-from timing.model import DEFAULT, at_band_end, prediction_text
+from timing.model import DEFAULT, band_ends, prediction_text
 from timing.published import published_ifa_us
 from timing.replay import Prediction, replay
 
@@ -43,7 +43,7 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
     trace = tr.capture(handle, lambda: out.append(launch()), block_dim)
     costs = load_cost_tables()
     pred: Prediction = replay(trace, costs, keep_spans=keep_spans)
-    band = [round(replay(trace, costs, at_band_end(DEFAULT, end)).predicted_us, 2) for end in (0, 1)]
+    band = [round(replay(trace, costs, c).predicted_us, 2) for c in band_ends()[1:]]
     tb_s = pred.tb_per_s(total_bytes)
     figures: dict[str, Any] = {
         "predicted_us": round(pred.predicted_us, 2), "band_us": band, "predicted_tb_per_s": round(tb_s, 4),

@@ -23,6 +23,7 @@ for path in (ROOT, TESTS):
         sys.path.insert(0, str(path))
 
 from timing import trace as tr  # noqa: E402
+from timing.costs import CostTables, load_cost_tables  # noqa: E402
 from timing.model import ModelConstants  # noqa: E402
 from timing.replay import replay  # noqa: E402
 
@@ -161,6 +162,15 @@ def test_band_ends_bracket_the_nominal_prediction() -> None:
 from test_sim_kernel import BASE, LIB_CPU, needs_cpu_sim, run_case  # noqa: E402
 
 
+@pytest.fixture
+def cost_tables() -> CostTables:
+    """pto-isa's A2/A3 cost tables, or a skip that says why they are missing."""
+    try:
+        return load_cost_tables()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
 @needs_cpu_sim
 def test_trace_mirror_matches_the_library() -> None:
     lib = ctypes.CDLL(str(LIB_CPU))
@@ -171,15 +181,8 @@ def test_trace_mirror_matches_the_library() -> None:
 
 
 @needs_cpu_sim
-def test_a_simulated_launch_replays() -> None:
+def test_a_simulated_launch_replays(cost_tables: CostTables) -> None:
     """A real trace: every role's stream ends, the prediction respects the HBM bound, K/V bursts are D·2 bytes."""
-    pytest.importorskip("timing.costs")
-    from timing.costs import load_cost_tables
-
-    try:
-        costs = load_cost_tables()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
     case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4, "strategy": "bn",
             "library": "cpu"}
     lib = ctypes.CDLL(str(LIB_CPU))
@@ -188,7 +191,7 @@ def test_a_simulated_launch_replays() -> None:
     assert {tr.EV_INSTR, tr.EV_SET, tr.EV_WAIT, tr.EV_SIGNAL, tr.EV_XWAIT} <= kinds
     loads = trace.events[(trace.events["op"] == trace.op_names.index("TLOAD")) & (trace.events["slot"] == K_SLOT)]
     assert len(loads) and set(loads["burst_bytes"].tolist()) == {128 * 2}
-    pred = replay(trace, costs)
+    pred = replay(trace, cost_tables)
     assert pred.predicted_us * 1e-6 >= pred.hbm_bytes / 1.6e12
     assert len(pred.end_s) == 4 * 3
 
@@ -263,20 +266,13 @@ def test_ragged_table_forces_a_split_count_through_the_planner_grid() -> None:
 
 
 @needs_cpu_sim
-def test_a_forced_grid_is_traced_and_replayed_with_its_band() -> None:
+def test_a_forced_grid_is_traced_and_replayed_with_its_band(cost_tables: CostTables) -> None:
     """``trace_of(grid=...)`` (what ``timing.plan_search`` and ``timing.ragged --kvcn`` replay) plans the given
     grid for the simulated launch, and a candidate's report carries its band."""
-    pytest.importorskip("timing.costs")
     from timing import plan_search
     from timing.predictions import trace_of
     from workloads.shapes import uniform_shape
 
-    try:
-        from timing.costs import load_cost_tables
-
-        load_cost_tables()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
     shape = uniform_shape(1, 1024, num_heads=8, num_kv_heads=2, head_dim=128, block_size=128)
     cores = plan_search.DEFAULT.cube_cores
     split = [c for c in plan_search.candidates(shape, cores) if c.kv_core_num > 1]

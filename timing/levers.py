@@ -30,7 +30,7 @@ import numpy as np
 
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import DEFAULT, ModelConstants, at_band_end, prediction_text
+from timing.model import DEFAULT, ModelConstants, band_ends, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from workloads import bytes_model
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for shape in shapes:
         trace = trace_of(shape, DEFAULT.cube_cores)
-        nominal, fast, slow = (levers(trace, c) for c in (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1)))
+        nominal, fast, slow = (levers(trace, c) for c in band_ends())
         for name in nominal:
             gain = nominal["today"] / nominal[name]
             gain_p = slow["today"] / slow[name]

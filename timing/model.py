@@ -80,6 +80,12 @@ def at_band_end(constants: ModelConstants, end: int) -> ModelConstants:
     return out
 
 
+def band_ends(constants: ModelConstants = DEFAULT) -> tuple[ModelConstants, ModelConstants, ModelConstants]:
+    """The constants a prediction with its band is replayed at: as given, at the optimistic end, at the
+    pessimistic end."""
+    return constants, at_band_end(constants, 0), at_band_end(constants, 1)
+
+
 def prediction_text(predicted_us: float, band_us: tuple[float, float] | list[float]) -> str:
     """A prediction as every report prints it, its band beside it (``448.7 µs [band 448.1-601.5]``): a nominal
     figure alone reads as more certain than the model is (docs/TIMING_MODEL.md, rule 5)."""

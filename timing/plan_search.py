@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tiling import abi, splits
 from timing.costs import load_cost_tables
-from timing.model import DEFAULT, at_band_end, prediction_text
+from timing.model import DEFAULT, band_ends, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from timing.trace import Trace
@@ -71,8 +71,7 @@ def predicted(shape: BenchShape, cand: Candidate | None) -> float:
 def with_band(shape: BenchShape, cand: Candidate | None) -> str:
     """``cand``'s prediction with its band: one trace, replayed at the nominal constants and at both band ends."""
     trace, costs = trace_for(shape, cand), load_cost_tables()
-    nominal, fast, slow = (replay(trace, costs, c).predicted_us
-                           for c in (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1)))
+    nominal, fast, slow = (replay(trace, costs, c).predicted_us for c in band_ends())
     return prediction_text(nominal, (fast, slow))
 
 

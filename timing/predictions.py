@@ -24,7 +24,7 @@ from tiling import PagedAttentionPlan, plan_paged_attention
 from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import BANDS, DEFAULT, at_band_end, prediction_text
+from timing.model import BANDS, DEFAULT, band_ends, prediction_text
 from timing.published import published_ifa_us
 from timing.replay import replay
 from workloads import bytes_model
@@ -76,9 +76,7 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
     costs = load_cost_tables()
     trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens)
     total_bytes = bytes_model.traffic(shape).total_bytes
-    nominal = replay(trace, costs, DEFAULT)
-    fast = replay(trace, costs, at_band_end(DEFAULT, 0))
-    slow = replay(trace, costs, at_band_end(DEFAULT, 1))
+    nominal, fast, slow = (replay(trace, costs, c) for c in band_ends())
     floor_us = total_bytes / DEFAULT.hbm_peak_bytes_per_s * 1e6
     row: dict[str, Any] = {
         "shape_id": shape.shape_id, "total_bytes": total_bytes, "hbm_floor_us": round(floor_us, 2),

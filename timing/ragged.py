@@ -19,7 +19,7 @@ import numpy as np
 from tiling import balance
 from tiling.splits import CoreSplit, one_pass_grid
 from timing.levers import predicted_us
-from timing.model import DEFAULT, at_band_end, prediction_text
+from timing.model import DEFAULT, band_ends, prediction_text
 from timing.predictions import trace_of
 from workloads.shapes import ragged_shape
 
@@ -41,7 +41,7 @@ def split_count_grid(lens: np.ndarray, kvcn: int, *, num_heads: int, num_kv_head
 def row(entry: str, kvcn: int | None, cores: int) -> str:
     batch, longest = entry.removeprefix("b").split(":")
     shape = ragged_shape(int(batch), high=int(longest))
-    ends = (DEFAULT, at_band_end(DEFAULT, 0), at_band_end(DEFAULT, 1))  # nominal, optimistic, pessimistic
+    ends = band_ends()
     if kvcn is None:
         trace, plan = trace_of(shape, cores, with_plan=True)
     else:
