@@ -1,7 +1,8 @@
 """The mock's native arithmetic (``Isa.AVX512BF16``: AVX512-BF16 dot products, ``Isa.AMX``: AMX-BF16 tile
 products, each for bf16 Q.K and P.V) and its fallbacks: every path this CPU has passes the float64 golden on GQA
 and MLA launches in awkward shapes; each path can be forced and one the CPU lacks is refused; AUTO picks AMX where
-present, else the widest exact path (AVX512-BF16 was measured slower, kernel/mock/PERFORMANCE.md steps 22-23);
+present, then AVX512-BF16 on AMD CPUs, else the widest exact path (on the Xeons measured VDPBF16PS was slower,
+kernel/mock/PERFORMANCE.md steps 22, 23 and 27);
 each native path really runs (its bits differ from the exact paths', which agree among themselves); and AMX
 shares its thread with torch's own AMX kernels."""
 
@@ -26,10 +27,18 @@ PATHS = [isa for isa in Isa if isa != Isa.AUTO]
 NATIVE = [isa for isa in PATHS if isa not in mock_api.EXACT_ISAS]
 
 
-def cpu_flags() -> set[str]:
+def cpuinfo_field(name: str) -> str:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    line = next((row for row in text.splitlines() if row.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
+    line = next((row for row in text.splitlines() if row.split(":", 1)[0].strip() == name), "")
+    return line.split(":", 1)[-1].strip()
+
+
+def cpu_flags() -> set[str]:
+    return set(cpuinfo_field("flags").split())
+
+
+def cpu_vendor() -> str:
+    return cpuinfo_field("vendor_id")
 
 
 #: /proc/cpuinfo's names of what each path needs (the library's own test is __builtin_cpu_supports).
@@ -56,9 +65,11 @@ def test_every_path_is_available_exactly_where_the_cpu_has_it(lib: ctypes.CDLL) 
     for isa in PATHS:
         assert bool(lib.pa_mock_isa_available(isa)) == NEEDS[isa].issubset(flags), isa.name
     best = max((isa for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)), key=int)
+    if lib.pa_mock_isa_available(Isa.AVX512BF16) and cpu_vendor() == "AuthenticAMD":
+        best = Isa.AVX512BF16
     if lib.pa_mock_isa_available(Isa.AMX):
         best = Isa.AMX
-    assert lib.pa_mock_best_isa() == best  # AUTO: AMX where present, else the widest exact path
+    assert lib.pa_mock_best_isa() == best  # AUTO: AMX, then AVX512-BF16 on AMD, then the widest exact path
 
 
 def test_a_path_the_cpu_lacks_is_refused_at_launch(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
@@ -76,6 +87,8 @@ GQA_CASES = [
     dict(lens=[77, 200], num_heads=32, num_kv_heads=8, head_dim=128, block_size=128, strategy="bn"),
     dict(lens=[45, 3], num_heads=6, num_kv_heads=6, head_dim=256, block_size=16, strategy="auto"),
     dict(lens=[99, 16], num_heads=4, num_kv_heads=1, head_dim=48, block_size=16, strategy="auto"),
+    # 2 q rows per kv head; a head dim of three 32-column chunks (P.V's pairs of chunks and a single one)
+    dict(lens=[61, 130], num_heads=6, num_kv_heads=3, head_dim=96, block_size=32, strategy="auto"),
     # 12 q rows per kv head: not a divisor of AMX's 16-row groups
     dict(lens=[150, 31], num_heads=24, num_kv_heads=2, head_dim=128, block_size=64, strategy="bn"),
 ]

@@ -30,6 +30,7 @@ static void bf16_pv(const float *pf, int32_t p_stride, int32_t rows, const uint1
 #define PA_BF16_STEP 32    /* bf16 values of one zmm: 16 pairs                                                    */
 #define PA_NQ_ROWS 4       /* Q.K rows per block (PA_QK_BLOCK / rows tokens)                                     */
 #define PA_NP_ROWS 4       /* P.V rows per block                                                                 */
+#define PA_NP_CHUNKS 2     /* P.V chunks of 32 columns per block (their P pairs broadcast once)                  */
 #define PA_NP_TOKENS 64    /* P.V tokens whose P pairs are packed at once                                        */
 #define PA_MAX_D PA_MLA_LATENT_DIM /* the widest q row of any launch                                   */
 
@@ -45,7 +46,8 @@ static void to_bf16(const float *src, int32_t n, uint16_t *dst) {
     }
 }
 
-/* TB tokens x HB rows of S (TB * HB = PA_QK_BLOCK accumulators over d in steps of 32), reduced by the fixed tree. */
+/* TB tokens x HB rows of S (TB * HB = PA_QK_BLOCK accumulators over d in steps of 32), reduced by the fixed tree.
+ * The accumulators are row-major (a row's tokens side by side), so each row's sums are stored as one run. */
 static inline __attribute__((always_inline)) void bf16_qk_block(const uint16_t *qb, int32_t d, const uint16_t *k,
                                                                 int64_t k_stride, float *s, int32_t s_stride,
                                                                 const int tb, const int hb, int nt,
@@ -65,35 +67,54 @@ static inline __attribute__((always_inline)) void bf16_qk_block(const uint16_t *
         for (int h = 0; h < hb; ++h) {
             qc[h] = (__m512bh)_mm512_loadu_si512((const void *)(qb + (int64_t)h * d + c));
         }
-        for (int t = 0; t < tb && t < nt; ++t) {
+        for (int t = 0; t < tb; ++t) {
+            if (t >= nt) {
+                break;
+            }
             __m512bh kc = (__m512bh)_mm512_loadu_si512((const void *)(k + (int64_t)t * k_stride + c));
             for (int h = 0; h < hb; ++h) {
-                acc[t * hb + h] = _mm512_dpbf16_ps(acc[t * hb + h], kc, qc[h]);
+                acc[h * tb + t] = _mm512_dpbf16_ps(acc[h * tb + t], kc, qc[h]);
             }
         }
     }
     v_reduce_add_block(acc, sums);
-    for (int t = 0; t < tb && t < nt; ++t) {
-        for (int h = 0; h < hb; ++h) {
-            s[(int64_t)h * s_stride + t] = sums[t * hb + h];
+    for (int h = 0; h < hb; ++h) {
+        if (nt >= tb) { /* a full block: a constant count, so the run is stored as one vector */
+            for (int t = 0; t < tb; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
+        } else {
+            for (int t = 0; t < nt; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
+        }
+    }
+}
+
+/* The blocks of HB rows over the tile's tokens; a full block gets a constant token count, so its loops unroll. */
+static inline __attribute__((always_inline)) void bf16_qk_blocks(const uint16_t *qb, const int hb, int32_t d,
+                                                                 const uint16_t *k, int64_t k_stride, int32_t ntok,
+                                                                 float *s, int32_t s_stride,
+                                                                 const uint16_t *const *pf) {
+    const int tb = PA_QK_BLOCK / hb;
+    for (int32_t j = 0; j < ntok; j += tb) {
+        const uint16_t *const *at = pf ? pf + j : 0;
+        if (ntok - j >= tb) {
+            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, tb, hb, tb, at);
+        } else {
+            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, tb, hb, ntok - j, at);
         }
     }
 }
 
 static void bf16_qk_rows(const uint16_t *qb, int hb, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
                          float *s, int32_t s_stride, const uint16_t *const *pf) {
-    const int tb = PA_QK_BLOCK / hb;
-    for (int32_t j = 0; j < ntok; j += tb) {
-        const uint16_t *const *at = pf ? pf + j : 0;
-        if (hb == PA_NQ_ROWS) {
-            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK / PA_NQ_ROWS,
-                          PA_NQ_ROWS, ntok - j, at);
-        } else if (hb == 2) {
-            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK / 2, 2, ntok - j,
-                          at);
-        } else {
-            bf16_qk_block(qb, d, k + (int64_t)j * k_stride, k_stride, s + j, s_stride, PA_QK_BLOCK, 1, ntok - j, at);
-        }
+    if (hb == PA_NQ_ROWS) {
+        bf16_qk_blocks(qb, PA_NQ_ROWS, d, k, k_stride, ntok, s, s_stride, pf);
+    } else if (hb == 2) {
+        bf16_qk_blocks(qb, 2, d, k, k_stride, ntok, s, s_stride, pf);
+    } else {
+        bf16_qk_blocks(qb, 1, d, k, k_stride, ntok, s, s_stride, pf);
     }
 }
 
@@ -112,33 +133,64 @@ static void bf16_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, 
     }
 }
 
-/* o[r][c0 .. c0 + 31] (accumulate ? += : =) sum over tokens of p[r][j] v[j][c]: token pairs (j, j + 1) as bf16
- * pairs (V rows interleaved by unpack, P pairs broadcast); v_store_unpacked puts the columns back in order. */
-static void bf16_pv_block(const uint32_t *pp, int32_t pp_stride, int nr, const uint16_t *v, int64_t v_stride,
-                          int32_t ntok, int32_t c0, float *o, int32_t o_stride, int accumulate,
-                          const uint16_t *const *vpf, int32_t d) {
-    __m512 lo_acc[PA_NP_ROWS], hi_acc[PA_NP_ROWS];
+/* o[r][c0 .. c0 + 32 NC - 1] (accumulate ? += : =) sum over tokens of p[r][j] v[j][c]: token pairs (j, j + 1) as
+ * bf16 pairs (V rows interleaved by unpack, P pairs broadcast once for the NC chunks); v_store_unpacked puts the
+ * columns back in order. */
+static inline __attribute__((always_inline)) void bf16_pv_block(const uint32_t *pp, int32_t pp_stride, const int nr,
+                                                                const uint16_t *v, int64_t v_stride, int32_t ntok,
+                                                                int32_t c0, const int nc, float *o, int32_t o_stride,
+                                                                int accumulate, const uint16_t *const *vpf,
+                                                                int32_t d) {
+    __m512 lo_acc[PA_NP_ROWS][PA_NP_CHUNKS], hi_acc[PA_NP_ROWS][PA_NP_CHUNKS];
     for (int r = 0; r < nr; ++r) {
-        lo_acc[r] = _mm512_setzero_ps();
-        hi_acc[r] = _mm512_setzero_ps();
+        for (int c = 0; c < nc; ++c) {
+            lo_acc[r][c] = _mm512_setzero_ps();
+            hi_acc[r][c] = _mm512_setzero_ps();
+        }
     }
     for (int32_t j = 0; j < ntok; j += 2) {
         if (vpf) {
             pa_prefetch_row(vpf[j], d);
             pa_prefetch_row(j + 1 < ntok ? vpf[j + 1] : 0, d);
         }
-        __m512i a = _mm512_loadu_si512((const void *)(v + (int64_t)j * v_stride + c0));
-        __m512i b = j + 1 < ntok ? _mm512_loadu_si512((const void *)(v + (int64_t)(j + 1) * v_stride + c0))
-                                 : _mm512_setzero_si512();
-        __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b), hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
+        __m512bh lo[PA_NP_CHUNKS], hi[PA_NP_CHUNKS];
+        for (int c = 0; c < nc; ++c) {
+            const uint16_t *at = v + (int64_t)j * v_stride + c0 + c * PA_BF16_STEP;
+            __m512i a = _mm512_loadu_si512((const void *)at);
+            __m512i b = j + 1 < ntok ? _mm512_loadu_si512((const void *)(at + v_stride)) : _mm512_setzero_si512();
+            lo[c] = (__m512bh)_mm512_unpacklo_epi16(a, b);
+            hi[c] = (__m512bh)_mm512_unpackhi_epi16(a, b);
+        }
         for (int r = 0; r < nr; ++r) {
             __m512bh pr = (__m512bh)_mm512_set1_epi32((int)pp[(int64_t)r * pp_stride + j / 2]);
-            lo_acc[r] = _mm512_dpbf16_ps(lo_acc[r], lo, pr);
-            hi_acc[r] = _mm512_dpbf16_ps(hi_acc[r], hi, pr);
+            for (int c = 0; c < nc; ++c) {
+                lo_acc[r][c] = _mm512_dpbf16_ps(lo_acc[r][c], lo[c], pr);
+                hi_acc[r][c] = _mm512_dpbf16_ps(hi_acc[r][c], hi[c], pr);
+            }
         }
     }
     for (int r = 0; r < nr; ++r) {
-        v_store_unpacked(o + (int64_t)r * o_stride + c0, lo_acc[r], hi_acc[r], accumulate);
+        for (int c = 0; c < nc; ++c) {
+            v_store_unpacked(o + (int64_t)r * o_stride + c0 + c * PA_BF16_STEP, lo_acc[r][c], hi_acc[r][c],
+                             accumulate);
+        }
+    }
+}
+
+/* The row block's columns, PA_NP_CHUNKS chunks at a time; the first block prefetches the next tile's rows. */
+static inline __attribute__((always_inline)) void bf16_pv_span(const uint32_t *pp, int32_t pp_stride, const int nr,
+                                                               const uint16_t *v, int64_t v_stride, int32_t ntok,
+                                                               int32_t d, float *o, int32_t o_stride, int accumulate,
+                                                               const uint16_t *const *vpf) {
+    for (int32_t c0 = 0; c0 < d;) {
+        const uint16_t *const *at = c0 ? 0 : vpf;
+        if (c0 + PA_NP_CHUNKS * PA_BF16_STEP <= d) {
+            bf16_pv_block(pp, pp_stride, nr, v, v_stride, ntok, c0, PA_NP_CHUNKS, o, o_stride, accumulate, at, d);
+            c0 += PA_NP_CHUNKS * PA_BF16_STEP;
+        } else {
+            bf16_pv_block(pp, pp_stride, nr, v, v_stride, ntok, c0, 1, o, o_stride, accumulate, at, d);
+            c0 += PA_BF16_STEP;
+        }
     }
 }
 
@@ -163,10 +215,13 @@ static void bf16_pv(const float *pf, int32_t p_stride, int32_t rows, const uint1
                     dst[n] = 0; /* the partner of an odd last token */
                 }
             }
-            for (int32_t c0 = 0; c0 < d; c0 += PA_BF16_STEP) {
-                bf16_pv_block(pp, pp_stride, nr, v + (int64_t)j0 * v_stride, v_stride, n, c0,
-                              o + (int64_t)r0 * o_stride, o_stride, accumulate || j0 > 0,
-                              (r0 || c0) ? 0 : (vpf ? vpf + j0 : 0), d);
+            const uint16_t *const *at = (r0 || !vpf) ? 0 : vpf + j0;
+            if (nr == PA_NP_ROWS) { /* a constant row count keeps the accumulators in registers */
+                bf16_pv_span(pp, pp_stride, PA_NP_ROWS, v + (int64_t)j0 * v_stride, v_stride, n, d,
+                             o + (int64_t)r0 * o_stride, o_stride, accumulate || j0 > 0, at);
+            } else {
+                bf16_pv_span(pp, pp_stride, nr, v + (int64_t)j0 * v_stride, v_stride, n, d,
+                             o + (int64_t)r0 * o_stride, o_stride, accumulate || j0 > 0, at);
             }
         }
     }
