@@ -30,9 +30,10 @@
 
 /* SIMD paths of the mock's arithmetic.  The exact paths (portable, AVX2, AVX-512) give bitwise-identical results
  * (same operation order, fused multiply-adds everywhere), so tests can compare them.  The native paths use the
- * CPU's own dot products (AVX512-BF16 for bf16 launches) and sum in the hardware's order: as accurate, not the
- * same bits.  AUTO picks the fastest exact path the CPU supports (on the hosts measured, the native path is slower:
- * kernel/mock/PERFORMANCE.md step 22); the native path is chosen by name. */
+ * CPU's own bf16 units (AVX512-BF16 dot products, AMX tile products) for bf16 launches and sum in the hardware's
+ * order: as accurate, not the same bits.  AUTO picks AMX where present, then AVX512-BF16 on AMD CPUs (where its dot
+ * products run at the FMA's instruction rate), else the widest exact path (pa_math_best_isa in
+ * mock/mock_dispatch.c; kernel/mock/PERFORMANCE.md steps 22, 23 and 27). */
 #define PA_MOCK_ISA_AUTO 0
 #define PA_MOCK_ISA_PORTABLE 1
 #define PA_MOCK_ISA_AVX2 2       /* AVX2 + FMA + F16C                                                  */

@@ -1,12 +1,13 @@
 """A/B of two or more builds of the mock in one process (the figures of kernel/mock/PERFORMANCE.md's steps).
 
     python kernel/mock/ab_mock.py OLD.so build/lib/libpa_mock.so [--reps 9] [--shapes b8_4k_fp16,b1_4k]
+    python kernel/mock/ab_mock.py build/lib/libpa_mock.so --isas 3,4       (one build's AVX-512 and AVX512-BF16)
 
 Every shape's inputs are made once; the libraries' launches alternate (so a busy neighbour slows them alike),
 each after reading a clean 256 MiB buffer (the KV comes from DRAM, on 4 KiB pages as the benchmark's torch
-tensors are, unless --hugepages); prints the median time and KV GB/s per library, then each later library's time
-over the first's, launch by launch (median [p20, p80]): the host's memory moves the times by several per cent
-from one run to the next, the ratio of neighbouring launches less.
+tensors are, unless --hugepages); prints the median time and KV GB/s per library (and SIMD path, with --isas),
+then each later one's time over the first's, launch by launch (median [p20, p80]): the host's memory moves the
+times by several per cent from one run to the next, the ratio of neighbouring launches less.
 The libraries must share the launch ABI (an older build with a shorter pa_mock_config ignores the fields it
 lacks).  Shapes: the benchmark's default-set shapes on the mock's side of the ledger.
 """
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("libs", nargs="+", help="paths of libpa_mock.so builds")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--isas", default="0",
+                        help="SIMD paths each library runs (launcher.mock_api.Isa values, comma-separated; 0: AUTO)")
     parser.add_argument("--hugepages", action="store_true",
                         help="let numpy back the inputs with transparent huge pages (its default on Linux)")
     args = parser.parse_args()
@@ -78,6 +81,7 @@ def main() -> None:
         lib = ctypes.CDLL(str(Path(path).resolve()))
         mock_api.declare(lib)
         libs.append(lib)
+    variants = [(lib, int(isa)) for lib in libs for isa in args.isas.split(",")]
     rng = np.random.default_rng(1)
     flush = np.ones(FLUSH_BYTES // 4, dtype=np.float32)
     for sid in args.shapes.split(","):
@@ -85,12 +89,12 @@ def main() -> None:
         case = h.make_case(rng, lens, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=128, dtype=dtype,
                            extra_pages=64)
         buffers = h.workspace(case, poison=False)
-        times: list[list[float]] = [[] for _ in libs]
+        times: list[list[float]] = [[] for _ in variants]
         for _ in range(args.reps):
-            for i, lib in enumerate(libs):
+            for i, (lib, isa) in enumerate(variants):
                 flush.sum()
                 start = time.perf_counter()
-                run = h.launch(lib, case, checked=False, buffers=buffers)
+                run = h.launch(lib, case, checked=False, buffers=buffers, isa=isa)
                 times[i].append(time.perf_counter() - start)
                 assert run.code == 0, run.error.message
         kv_bytes = 2 * sum(lens) * hk * d * 2
