@@ -61,12 +61,20 @@ static int cpu_has_avx2(void) {
 }
 
 /* 1 on AMD CPUs, whose VDPBF16PS runs at the fp32 FMA's instruction rate (0.128 against 0.117 ns per zmm
- * instruction on an EPYC Zen 5 host: twice the multiply-adds per cycle), else 0. */
+ * instruction on an EPYC Zen 5 host: twice the multiply-adds per cycle), else 0.  Asked once: CPUID exits to the
+ * hypervisor in a virtual machine (microseconds), and AUTO is resolved at every launch. */
 static int cpu_is_amd(void) {
 #if defined(__x86_64__)
+    static int answer = -1;
+    int known = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
+    if (known >= 0) {
+        return known;
+    }
     unsigned a = 0, b = 0, c = 0, d = 0;
     /* vendor "AuthenticAMD" in EBX, EDX, ECX of leaf 0 */
-    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    int ok = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    __atomic_store_n(&answer, ok, __ATOMIC_RELEASE);
+    return ok;
 #else
     return 0;
 #endif
