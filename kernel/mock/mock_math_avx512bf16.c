@@ -47,7 +47,7 @@ static void to_bf16(const float *src, int32_t n, uint16_t *dst) {
 }
 
 /* TB tokens x HB rows of S (TB * HB = PA_QK_BLOCK accumulators over d in steps of 32), reduced by the fixed tree.
- * The accumulators are row-major (a row's tokens side by side), so each row's sums are stored as one run. */
+ * The accumulators are row-major, as store_block_sums takes them. */
 static inline __attribute__((always_inline)) void bf16_qk_block(const uint16_t *qb, int32_t d, const uint16_t *k,
                                                                 int64_t k_stride, float *s, int32_t s_stride,
                                                                 const int tb, const int hb, int nt,
@@ -78,17 +78,7 @@ static inline __attribute__((always_inline)) void bf16_qk_block(const uint16_t *
         }
     }
     v_reduce_add_block(acc, sums);
-    for (int h = 0; h < hb; ++h) {
-        if (nt >= tb) { /* a full block: a constant count, so the run is stored as one vector */
-            for (int t = 0; t < tb; ++t) {
-                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
-            }
-        } else {
-            for (int t = 0; t < nt; ++t) {
-                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
-            }
-        }
-    }
+    store_block_sums(sums, s, s_stride, tb, hb, nt);
 }
 
 /* The blocks of HB rows over the tile's tokens; a full block gets a constant token count, so its loops unroll. */

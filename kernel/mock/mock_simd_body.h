@@ -45,6 +45,22 @@ static void simd_widen(const uint16_t *src, int64_t n, float *dst, int bf16) {
     }
 }
 
+/* A Q.K block's reduced sums (row-major: HB rows of TB tokens side by side) into S, each row's tokens below `nt`
+ * stored as one run. */
+PA_INLINE void store_block_sums(const float *sums, float *s, int32_t s_stride, const int tb, const int hb, int nt) {
+    for (int h = 0; h < hb; ++h) {
+        if (nt >= tb) { /* a full block: a constant count, so the run is stored as one vector */
+            for (int t = 0; t < tb; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
+        } else {
+            for (int t = 0; t < nt; ++t) {
+                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
+            }
+        }
+    }
+}
+
 /* Q.K for TB tokens x HB q rows (TB * HB = PA_QK_BLOCK independent 16-lane accumulations over d in ascending
  * order, each K chunk widened once for the HB rows), reduced together by the fixed tree.  Tokens at or past
  * `nt` contribute nothing and are not stored. */
@@ -75,18 +91,8 @@ PA_INLINE void qk_block(const float *q, int32_t d, const uint16_t *k, int64_t k_
             }
         }
     }
-    v_reduce_add_block(acc, sums); /* row-major: a row's tokens side by side, stored as one run */
-    for (int h = 0; h < hb; ++h) {
-        if (nt >= tb) { /* a full block: a constant count, so the run is stored as one vector */
-            for (int t = 0; t < tb; ++t) {
-                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
-            }
-        } else {
-            for (int t = 0; t < nt; ++t) {
-                s[(int64_t)h * s_stride + t] = sums[h * tb + t];
-            }
-        }
-    }
+    v_reduce_add_block(acc, sums);
+    store_block_sums(sums, s, s_stride, tb, hb, nt);
 }
 
 static inline const uint16_t *const *pf_at(const uint16_t *const *pf, int32_t j) {
