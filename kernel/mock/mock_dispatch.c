@@ -32,20 +32,37 @@ static int cpu_has_avx512bf16(void) {
 #endif
 }
 
+#if defined(__x86_64__)
+/* *answer (-1: not asked yet), else ask() stored there: a question asked once per process, since AUTO is
+ * resolved at every launch and CPUID exits to the hypervisor in a virtual machine (microseconds). */
+static int asked_once(int *answer, int (*ask)(void)) {
+    int known = __atomic_load_n(answer, __ATOMIC_ACQUIRE);
+    if (known < 0) {
+        known = ask();
+        __atomic_store_n(answer, known, __ATOMIC_RELEASE);
+    }
+    return known;
+}
+
+static int ask_amx(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return cpu_has_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1u) && (d >> 22 & 1u) &&
+           syscall(SYS_arch_prctl, PA_ARCH_REQ_XCOMP_PERM, PA_XFEATURE_XTILEDATA) == 0;
+}
+
+/* vendor "AuthenticAMD" in EBX, EDX, ECX of CPUID leaf 0 */
+static int ask_amd(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+}
+#endif
+
 /* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), and the kernel's leave to use the tile data
  * (Linux asks each process to request it: arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, once). */
 static int cpu_has_amx(void) {
 #if defined(__x86_64__)
     static int answer = -1;
-    int known = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
-    if (known >= 0) {
-        return known;
-    }
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    int ok = cpu_has_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1u) && (d >> 22 & 1u) &&
-             syscall(SYS_arch_prctl, PA_ARCH_REQ_XCOMP_PERM, PA_XFEATURE_XTILEDATA) == 0;
-    __atomic_store_n(&answer, ok, __ATOMIC_RELEASE);
-    return ok;
+    return asked_once(&answer, ask_amx);
 #else
     return 0;
 #endif
@@ -61,20 +78,11 @@ static int cpu_has_avx2(void) {
 }
 
 /* 1 on AMD CPUs, whose VDPBF16PS runs at the fp32 FMA's instruction rate (0.128 against 0.117 ns per zmm
- * instruction on an EPYC Zen 5 host: twice the multiply-adds per cycle), else 0.  Asked once: CPUID exits to the
- * hypervisor in a virtual machine (microseconds), and AUTO is resolved at every launch. */
+ * instruction on an EPYC Zen 5 host: twice the multiply-adds per cycle), else 0. */
 static int cpu_is_amd(void) {
 #if defined(__x86_64__)
     static int answer = -1;
-    int known = __atomic_load_n(&answer, __ATOMIC_ACQUIRE);
-    if (known >= 0) {
-        return known;
-    }
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    /* vendor "AuthenticAMD" in EBX, EDX, ECX of leaf 0 */
-    int ok = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
-    __atomic_store_n(&answer, ok, __ATOMIC_RELEASE);
-    return ok;
+    return asked_once(&answer, ask_amd);
 #else
     return 0;
 #endif
