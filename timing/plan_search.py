@@ -6,7 +6,7 @@ grid of whole KV groups per task and whole pages per KV range.
 For each shape the planner's own grid and each candidate (q heads per task: whole KV groups up to the ABI's
 head-split cap; KV range: any whole number of pages that leaves at most two rounds of tasks on the cores and
 no more ranges than the combine holds) run once in the simulation and are replayed at the model's nominal
-constants; the best few are traced again and replayed at both ends of the band too.  This is the evidence behind
+constants; the best few are replayed at both ends of the band too.  This is the evidence behind
 the planner's small-batch rule (``tiling/splits.py``: ``split_small_batch``); its figures are predictions, not
 measurements.
 """
@@ -14,10 +14,11 @@ measurements.
 from __future__ import annotations
 
 import argparse
+import heapq
 from dataclasses import dataclass
 
 from tiling import abi, splits
-from timing.costs import load_cost_tables
+from timing.costs import CostTables, load_cost_tables
 from timing.model import DEFAULT, band_ends, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
@@ -63,14 +64,17 @@ def trace_for(shape: BenchShape, cand: Candidate | None) -> Trace:
     return trace_of(shape, DEFAULT.cube_cores, grid=candidate_grid(shape, cand, DEFAULT.cube_cores))
 
 
-def predicted(shape: BenchShape, cand: Candidate | None) -> float:
+def predicted(shape: BenchShape, cand: Candidate | None, costs: CostTables | None = None) -> float:
     """``cand``'s (None: the planner's) predicted µs at the nominal constants."""
-    return replay(trace_for(shape, cand), load_cost_tables(), DEFAULT).predicted_us
+    return replay(trace_for(shape, cand), costs or load_cost_tables(), DEFAULT).predicted_us
 
 
-def with_band(shape: BenchShape, cand: Candidate | None) -> str:
-    """``cand``'s prediction with its band: one trace, replayed at the nominal constants and at both band ends."""
-    trace, costs = trace_for(shape, cand), load_cost_tables()
+def with_band(shape: BenchShape, cand: Candidate | None, trace: Trace | None = None,
+              costs: CostTables | None = None) -> str:
+    """``cand``'s prediction with its band: one trace (``trace``, else traced here), replayed at the nominal
+    constants and at both band ends."""
+    trace = trace if trace is not None else trace_for(shape, cand)
+    costs = costs or load_cost_tables()
     nominal, fast, slow = (replay(trace, costs, c).predicted_us for c in band_ends())
     return prediction_text(nominal, (fast, slow))
 
@@ -84,13 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for s in pr_shapes() if (s.shape_id in wanted if wanted else s.batch == 1)]
     print("| shape | grid | heads/task | KV ranges | tasks | prediction |")
     print("|---|---|---|---|---|---|")
+    costs = load_cost_tables()
     for shape in shapes:
-        ranked = sorted(((predicted(shape, c), c) for c in candidates(shape, DEFAULT.cube_cores)),
-                        key=lambda r: r[0])
-        print(f"| {shape.shape_id} | planner | - | - | - | {with_band(shape, None)} |")
-        for _, c in ranked[: args.top]:
+        # each candidate traced once; only the best few traces are kept for their bands
+        traced = ((c, trace_for(shape, c)) for c in candidates(shape, DEFAULT.cube_cores))
+        scored = ((replay(trace, costs, DEFAULT).predicted_us, c, trace) for c, trace in traced)
+        best = heapq.nsmallest(args.top, scored, key=lambda r: r[0])
+        print(f"| {shape.shape_id} | planner | - | - | - | {with_band(shape, None, costs=costs)} |")
+        for _, c, trace in best:
             print(f"| {shape.shape_id} | candidate | {c.head_split} | {c.kv_core_num} | {c.tasks} | "
-                  f"{with_band(shape, c)} |")
+                  f"{with_band(shape, c, trace, costs)} |")
     return 0
 
 
