@@ -18,7 +18,7 @@ import numpy as np
 
 from tiling import balance
 from tiling.splits import CoreSplit, one_pass_grid
-from timing.levers import predicted_us
+from timing.levers import predicted_and_balanced_us
 from timing.model import DEFAULT, band_ends, prediction_text
 from timing.predictions import trace_of
 from workloads.shapes import ragged_shape
@@ -51,8 +51,7 @@ def row(entry: str, kvcn: int | None, cores: int) -> str:
     grid = f"{plan.strategy} bd{plan.block_dim} kvCN{plan.kv_core_num}"
     grid += f" x {plan.kv_split_tokens} tokens" if plan.kv_core_num > 1 else ""
     grid += f", {plan.split.former_head} heads/task" + ("" if kvcn is None else " (forced)")
-    today = [predicted_us(trace, c) for c in ends]
-    balanced = [predicted_us(trace, c, balanced=True) for c in ends]
+    today, balanced = zip(*(predicted_and_balanced_us(trace, c) for c in ends), strict=True)
     return (f"| {shape.shape_id} | {grid} | {prediction_text(today[0], today[1:])} | "
             f"{prediction_text(balanced[0], balanced[1:])} |")
 
