@@ -173,6 +173,31 @@ def test_feature_case_matches_the_golden(index: int) -> None:
         assert torch.isnan(lse).all(), "the lse buffer was written without return_lse"
 
 
+#: The covering array's one-token cases: the decode features the NPU kernel executes (window, sinks, lse).
+ONE_TOKEN_CASES = [i for i, c in enumerate(CASES) if c["q_len"] == 1]
+
+
+@pytest.mark.parametrize("index", ONE_TOKEN_CASES, ids=[case_id(CASES[i]) for i in ONE_TOKEN_CASES])
+def test_one_token_feature_case_on_the_device_path_matches_the_golden(index: int) -> None:
+    """The same launches on the NPU kernel's A2/A3 code (``libpa_sim.so``, a fresh seed per launch, named on
+    failure), pages before each window NaN with table entries -1."""
+    lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
+    mock_api.declare(lib)
+    assert lib.pa_supported_features() & (abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE) == \
+        abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
+    b = build(CASES[index], seed=1000 + index)
+    code, err, out, lse = run_mock(b, lib=lib)
+    assert code == 0, err.message
+    ref = reference(b.query, b.key_cache, b.value_cache, b.table, b.lens, b.plan.scale, b.features)
+    result = compare(out, ref)
+    assert result.passed, result.summary()
+    if b.plan.return_lse:
+        lse_result = compare_lse(lse, ref)
+        assert lse_result.passed, lse_result.summary()
+    else:
+        assert torch.isnan(lse).all(), "the lse buffer was written without return_lse"
+
+
 def test_pages_outside_the_window_are_never_read() -> None:
     """The mock's page count: a window of 127 over 700-token contexts reads only the window's pages, one count
     per task and page, far fewer than the whole contexts."""
@@ -267,8 +292,8 @@ def test_a_wrong_window_or_a_missing_sink_in_the_golden_is_caught() -> None:
         assert not compare(out, ref).passed, CASES[index]
 
 
-def test_the_device_path_sim_refuses_the_features_until_the_kernel_has_them() -> None:
-    """The NPU kernel does not execute ABI v3's features yet: its sim's contract check says so (the launcher
+def test_the_device_path_sim_refuses_several_query_tokens_until_the_kernel_has_them() -> None:
+    """The NPU kernel executes one query token only: its sim's contract check refuses q_len > 1 (the launcher
     refuses earlier, with a ValueError)."""
     lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
     mock_api.declare(lib)

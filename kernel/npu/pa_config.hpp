@@ -14,6 +14,11 @@
 
 namespace pa {
 
+/* ---- what the kernel executes ----------------------------------------------------------------------------
+ * The ABI v3 decode features of one query token (PA_FEATURE_* bits, what every host of this kernel reports through
+ * pa_supported_features()): a sliding window, sinks, the lse.  Several query tokens and MLA are refused. */
+#define PA_NPU_KERNEL_FEATURES (PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE)
+
 /* ---- task and hand-off geometry --------------------------------------------------------------------- */
 /* q heads per task: the ABI's head-split cap; a task's heads of one KV group form the matmul M dimension. */
 constexpr int kMaxTaskHeads = PA_HEAD_SPLIT_LIMIT;

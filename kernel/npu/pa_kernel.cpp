@@ -45,7 +45,9 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, 
                               BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
                               BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP),
                               BindGm<float>(a.ptr[PA_ARG_O_CORE], PA_ARG_O_CORE),
-                              BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L)};
+                              BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L),
+                              BindGm<float>(a.ptr[PA_ARG_LSE], PA_ARG_LSE),
+                              a.ptr[PA_ARG_SINKS]};
         v.Run(blockNum);
     }
 }
@@ -69,11 +71,14 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
+/* Launches this kernel executes: one query token, no MLA (kNpuKernelFeatures; the hosts refuse the rest first). */
+AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen == 1 && t.ropeDim == 0; }
+
 template <bool kCube>
 AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
     const Tiling t = ReadTiling(a.ptr[PA_ARG_TILING]);
-    if (!KeyKnown(t.key)) return;
+    if (!KeyKnown(t.key) || !FeaturesKnown(t)) return;
     if (t.key & PA_KEY_BF16_BIT) {
         RunDtype<bfloat16_t, kCube>(a, t, core, blockNum, sub);
     } else {

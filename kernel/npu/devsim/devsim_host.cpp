@@ -95,7 +95,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
         return PA_ERR_BAD_LAUNCH;
     }
     pa_contract contract;
-    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, 0 /* no v3 feature yet */, &host.lastError);
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, PA_NPU_KERNEL_FEATURES, &host.lastError);
     if (rc != PA_OK) return rc;
 
     LaunchConfig cfg;
@@ -118,7 +118,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
             case PA_ARG_K: case PA_ARG_V: kind = 1; break;
             case PA_ARG_S: case PA_ARG_P: case PA_ARG_O_TMP: kind = 2; written = true; break;
             case PA_ARG_O_CORE: case PA_ARG_L: kind = 3; written = true; break;
-            case PA_ARG_O: written = true; break;
+            case PA_ARG_O: case PA_ARG_LSE: written = true; break;
             default: break;
         }
         cfg.classes.push_back({start, start + bytes, kind});
@@ -224,6 +224,9 @@ extern "C" {
 int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
+
+/* The ABI v3/v4 features the kernel executes (kernel/npu/pa_config.hpp). */
+uint32_t pa_supported_features(void) { return PA_NPU_KERNEL_FEATURES; }
 
 /* 1: this library runs the kernel's A2/A3 code path on the intrinsic emulator. */
 int32_t pa_sim_device_path(void) { return 1; }
