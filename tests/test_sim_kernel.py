@@ -285,6 +285,22 @@ def test_a_window_reads_only_its_pages() -> None:
     assert windowed["stats"]["kv_read_bytes"] * 1000 == full["stats"]["kv_read_bytes"] * (1000 - first)
 
 
+@needs_sim
+def test_only_the_window_boundary_tile_is_masked() -> None:
+    """Masks only where they bite: over a long context with a 128-token window, each vector sub-core masks one S
+    tile (the window's first page), every other tile runs unmasked; a window whose first key starts a page masks
+    none, and so does a launch without a window."""
+    case = {**BASE, "lens": [6000], "cores": 1, "strategy": "bn"}
+    for window, masked in ((128, 2), (None, 0)):
+        res = run_in_child({**case, "window": window} if window is not None else case)
+        assert res["rc"] == 0 and res["passed"], (res["err"], res.get("summary"))
+        assert res["stats"]["masked_score_tiles"] == masked, res["stats"]
+        assert res["stats"]["score_tiles"] >= 2, res["stats"]
+    aligned = run_in_child({**case, "lens": [1 + 128 + 640], "window": 128})  # keeps keys 640.. : a page start
+    assert aligned["rc"] == 0 and aligned["passed"], aligned["err"]
+    assert aligned["stats"]["masked_score_tiles"] == 0 and aligned["stats"]["score_tiles"] == 2, aligned["stats"]
+
+
 NEGATIVE_CASES = {
     "o_core_too_small": ({"lens": [700, 1500], "strategy": "split_kv", "shrink_o_core": 16},
                          abi.ErrorCode.OUT_OF_BOUNDS, abi.ArgSlot.O_CORE),

@@ -74,7 +74,9 @@ constexpr int kCombineChunkRows = 32;
 enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
 
 /* Events the simulation counts for its figures (nothing on the NPU). */
-enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul };
+/* kCountScoreTile: a vector sub-core's S piece through the softmax's first pass; kCountMaskedScoreTile: one of them
+ * with columns masked (a window's first page: the only masked tile of a one-token launch). */
+enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul, kCountScoreTile, kCountMaskedScoreTile };
 
 /* ---- cross-core flags (the ids each use takes are in pa_sync.hpp) ------------------------------------ */
 constexpr uint16_t kFlagReduceBarrier = 13; /* all vectors: split partials done (not id 3!)            */

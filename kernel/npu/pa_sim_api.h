@@ -28,6 +28,8 @@ typedef struct pa_sim_stats {
     uint64_t units;                /* level-1 hand-off units processed (per cube core, summed)                  */
     uint64_t tasks;                /* (sequence, head range, KV range) tasks run by the cube cores              */
     uint64_t matmuls;              /* cube TMATMUL instructions (level-2 sub-tiles)                             */
+    uint64_t score_tiles;          /* S pieces the vector sub-cores softmax (first pass; device path only)      */
+    uint64_t masked_score_tiles;   /* of them, those with masked columns (device path only)                     */
     uint32_t peak_bytes[PA_SIM_REGIONS]; /* highest end offset of any buffer assigned on any core, per region   */
     uint32_t capacity_bytes[PA_SIM_REGIONS]; /* the region sizes the peaks must stay below                     */
     uint32_t block_dim;            /* clusters launched                                                         */

@@ -138,7 +138,10 @@ struct VectorCore {
                 SF sT(r, wl), pF(r, wl);
                 Assign(sT, kUbS);
                 Assign(pF, kUbPf);
-                LoadScaled(sT, sRow + w0, r, wl, MaskedIn(tk, unitStart, w0, wl));
+                const uint32_t masked = MaskedIn(tk, unitStart, w0, wl);
+                LoadScaled(sT, sRow + w0, r, wl, masked);
+                Count(kCountScoreTile);
+                if (masked != 0) Count(kCountMaskedScoreTile);
                 VecBarrier(kEdgeBarScaled);
                 if (w0 == 0) {
                     RowMax(lm, sT, pF);

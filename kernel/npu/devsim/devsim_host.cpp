@@ -155,6 +155,8 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     st.units = fig.units;
     st.tasks = fig.tasks;
     st.matmuls = fig.matmuls;
+    st.score_tiles = fig.scoreTiles;
+    st.masked_score_tiles = fig.maskedScoreTiles;
     std::memcpy(st.peak_bytes, fig.peak, sizeof(st.peak_bytes));
     const uint32_t caps[PA_SIM_REGIONS] = {pa::kUbBytes, pa::kL1Bytes, pa::kL0aBytes, pa::kL0bBytes, pa::kL0cBytes};
     std::memcpy(st.capacity_bytes, caps, sizeof(caps));
@@ -190,6 +192,8 @@ void Count(int counter)
         case pa::kCountUnit: ++f->units; break;
         case pa::kCountTask: ++f->tasks; break;
         case pa::kCountMatmul: ++f->matmuls; break;
+        case pa::kCountScoreTile: ++f->scoreTiles; break;
+        case pa::kCountMaskedScoreTile: ++f->maskedScoreTiles; break;
         default: break;
     }
 }

@@ -357,6 +357,8 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
         figures.units += f.units;
         figures.tasks += f.tasks;
         figures.matmuls += f.matmuls;
+        figures.scoreTiles += f.scoreTiles;
+        figures.maskedScoreTiles += f.maskedScoreTiles;
         figures.intrinsics += f.intrinsics;
         figures.switches += f.switches;
         for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);

@@ -38,6 +38,7 @@ inline constexpr int kRoles = 3; /* cube, vector 0, vector 1 */
 struct Figures {
     uint64_t gmReadBytes = 0, gmWriteBytes = 0, kvReadBytes = 0, scratchBytes = 0, partialBytes = 0;
     uint64_t handoffs = 0, units = 0, tasks = 0, matmuls = 0, intrinsics = 0, switches = 0;
+    uint64_t scoreTiles = 0, maskedScoreTiles = 0;
     uint32_t peak[5] = {}; /* UB, L1, L0A, L0B, L0C: highest end offset touched */
 };
 
