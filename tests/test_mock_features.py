@@ -218,9 +218,13 @@ def test_pages_outside_the_window_are_never_read() -> None:
     assert expected < whole / 3
 
 
-def test_merging_two_halves_by_their_lse_gives_the_whole() -> None:
+@pytest.mark.parametrize("library", ["libpa_mock.so", "libpa_sim.so"])
+def test_merging_two_halves_by_their_lse_gives_the_whole(library: str) -> None:
     """Attention over a context equals the lse-weighted merge of attention over its two halves (q_len 1, no
-    sink): the lse is the natural-log logsumexp a context-parallel merge needs."""
+    sink): the lse is the natural-log logsumexp a context-parallel merge needs; on the mock and on the NPU
+    kernel's A2/A3 code (sim)."""
+    lib = ctypes.CDLL(str(library_or_skip(library)))
+    mock_api.declare(lib)
     gen = torch.Generator().manual_seed(11)
     bs, hq, hkv, d, n = 16, 8, 2, 64, 320
     pages = n // bs
@@ -235,7 +239,7 @@ def test_merging_two_halves_by_their_lse_gives_the_whole() -> None:
                                     max_pages=ids.shape[1], num_blocks=pages, scale=d**-0.5, core_count=4,
                                     return_lse=True)
         built = Built(plan, query, sub_k, sub_v, ids, [ids.shape[1] * bs], None, Features())
-        code, err, out, lse = run_mock(built)
+        code, err, out, lse = run_mock(built, lib=lib)
         assert code == 0, err.message
         outs.append(out.double())
         lses.append(lse.double())
