@@ -103,6 +103,12 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) ui
      * unit's and FIX's float saturation, so a NaN or inf in the inputs reaches the output as NaN or inf (with
      * saturation on, the conversions to fp16/bf16 would turn NaN into 0 and inf into the largest finite value). */
     set_ctrl(sbitset1(get_ctrl(), 48));
+    /* The store-atomic mode (set_atomic_add/max/min) also outlives a kernel: left on, every GM store of this one
+     * would add into (or keep the max of) what GM holds.  pto-isa sets it only around its atomic stores. */
+#if defined(PA_DEVICE_SIM)
+    if (!pa::devsim::KeepInheritedAtomics())
+#endif
+        set_atomic_none();
 #else
     (void)ffts_base;
 #endif

@@ -96,6 +96,9 @@ void pa_sim_mutate_sync(int32_t kind, int32_t edge);
 /* Negative control of the device-padding model: on != 0 skips the kernel's zero fills of the L1 padding that a
  * P.V over a ragged tail multiplies; in checked mode the output then holds NaN (on-chip memory starts as NaN). */
 void pa_sim_skip_zero_padding(int32_t on);
+/* Negative control of the store-atomic reset (device-path simulation only): on != 0 skips the kernel's
+ * set_atomic_none at entry, so its first GM store meets the mode a previous kernel left and the launch fails. */
+void pa_sim_keep_inherited_atomics(int32_t on);
 /* The race library (pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
  * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
 struct pa_mock_error;

@@ -17,6 +17,8 @@ bool EdgeDropped(int edge);
 bool Mutated(int edge, int kind);
 /* Negative control of the padding the cube multiplies: the kernel's zero fills of L1 padding are skipped. */
 bool SkipZeroPadding();
+/* Negative control of the store-atomic reset: the kernel's set_atomic_none at entry is skipped. */
+bool KeepInheritedAtomics();
 /* One event of the figures (pa::Counter). */
 void Count(int counter);
 /* The logical work item the calling core is on, for reports. */

@@ -244,6 +244,9 @@ void RandomiseModeState(Core &core, uint64_t seed)
     core.fmatrix_b = Mix(s);
     core.nd_para = Mix(s);
     /* *_set stay false: an img2col or an ND store before the kernel's own set_fmatrix / set_nd_para faults */
+    core.atomic_op = StoreAtomicOp(Mix(s) % 4);
+    core.atomic_type = StoreAtomicType(Mix(s) % 6);
+    core.atomic_op_set = core.atomic_type_set = false; /* a GM store before the kernel's set_atomic_* faults */
 }
 
 void Report(const Issue &issue)

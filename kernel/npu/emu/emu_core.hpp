@@ -49,6 +49,10 @@ struct SocSpec {
 };
 const SocSpec &Soc(const char *name);
 
+/* The store-atomic mode (CCE "Atomic原子操作"): GM stores of UB (MTE3) and L0C (FIX) data add, max or min into GM. */
+enum class StoreAtomicOp : uint8_t { None, Add, Max, Min };
+enum class StoreAtomicType : uint8_t { F32, F16, Bf16, S32, S16, S8 };
+
 /* An instruction issued to a pipe and not yet retired (emu_pipes.cpp): its operands were checked and its
  * mode state captured at issue; `body` moves the data when the pipe retires it. */
 enum class Kind : uint8_t;
@@ -66,11 +70,16 @@ struct Core {
     std::vector<uint8_t> ub, l1, l0a, l0b, l0c;
     bool mask_counter = false;             /* set_mask_count / set_mask_norm */
     uint64_t mask_hi = ~0ull, mask_lo = ~0ull;
-    uint64_t ctrl = 0;                     /* CTRL: bit 48 float saturation off when 1, bit 59 int truncation */
+    uint64_t ctrl = 0;                     /* CTRL: bit 48 float saturation off when 1 (the only bit A2/A3 documents) */
     uint64_t fmatrix = 0, fmatrix_b = 0;   /* set_fmatrix / set_fmatrix_b */
     bool fmatrix_set = false, fmatrix_b_set = false;
     uint64_t nd_para = 0;                  /* set_nd_para */
     bool nd_para_set = false;
+    /* Store atomics (emu_atomic.cpp): the operation and element type GM stores apply (set_atomic_*), and whether
+     * each was set in this launch (false: what the previous kernel on the core left, RandomiseModeState). */
+    StoreAtomicOp atomic_op = StoreAtomicOp::None;
+    StoreAtomicType atomic_type = StoreAtomicType::F32;
+    bool atomic_op_set = true, atomic_type_set = false;
     uint8_t flag[kPipes][kPipes][kEvents] = {};
     uint8_t cross[kCrossFlags] = {};
     uint64_t ffts_base = 0;
@@ -172,8 +181,21 @@ void SetCrossWaitHook(CrossWaitHook hook);
  * scalar unit's load of a __ubuf__/__cbuf__ pointer: reported as a ScalarRead on the S pipe. */
 uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes);
 
+/* The store-atomic mode a GM store of `elemBytes`-byte elements latches at issue (emu_atomic.cpp): faults when the
+ * mode is inherited from the previous kernel, its type does not match the element, or the path does not document
+ * the operation (`fixpipe`: L0C -> GM takes only add). */
+struct StoreAtomic {
+    StoreAtomicOp op;
+    StoreAtomicType type;
+};
+StoreAtomic LatchStoreAtomic(const char *intrinsic, Pipe pipe, uint32_t elemBytes, bool fixpipe);
+/* Writes `bytes` bytes of elements from `src` to GM at `dst` under `mode` (a copy when op is None); a non-finite
+ * float operand or result and an integer overflow fault (the device's handling is not published). */
+void StoreWithAtomic(const StoreAtomic &mode, uint8_t *dst, const uint8_t *src, uint64_t bytes, const char *intrinsic,
+                     Pipe pipe);
+
 /* The mode state a kernel finds at entry on a device is whatever the previous kernel on that core left: vector
- * mask mode and bits, CTRL, FMATRIX, ND_PARA.  Randomised from `seed` (flags and cross-core counters stay
+ * mask mode and bits, CTRL, FMATRIX, ND_PARA, the store-atomic mode.  Randomised from `seed` (flags and cross-core counters stay
  * clear: a kernel that ends with one pending is a defect the checker reports). */
 void RandomiseModeState(Core &core, uint64_t seed);
 

@@ -218,7 +218,10 @@ void set_nd_para(uint64_t config)
 
 /* Fixpipe, two-register form: Xm = NSize[15:4] | MSize[31:16] | dst stride[63:32]; Xt = src stride[15:0] |
  * unit flag[33:32] | quant[38:34] | relu[41:39] | channel split[42] | NZ2ND[43].  With NZ2ND, row j < MSize,
- * column c < NSize of the result goes to dst + j x dstStride + c elements, converted by the quant mode. */
+ * column c < NSize of the result goes to dst + j x dstStride + c elements, converted by the quant mode and
+ * combined with GM's contents by the store-atomic mode latched at issue (add only, emu_atomic.cpp).  NSize need
+ * not be a multiple of 16 with NZ2ND (ASC Fixpipe, FixpipeParamsV220: that rule is the NZ output's); MSize is
+ * at most 8192 with NZ2ND. */
 void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
 {
     const char *name = "copy_matrix_cc_to_gm";
@@ -235,6 +238,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     if (ndNum != 1) Raise(name, Pipe::FIX, "ND_PARA.ndNum", ndNum, "only ndNum = 1 is emulated");
     std::vector<Access> acc;
     if (nSize == 0 || mSize == 0) return Report({name, Pipe::FIX, acc});
+    CheckRange(name, Pipe::FIX, "Xm.MSize", mSize, 1, 8192);
     if (dstStride < nSize) Raise(name, Pipe::FIX, "Xm.dstStride", dstStride, "rows of the result would overlap");
     if (srcStride < mSize || srcStride % 16) {
         Raise(name, Pipe::FIX, "Xt.srcStride", srcStride, "must be MSize rounded up to 16 (fractal column height)");
@@ -250,14 +254,19 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     const float *in = reinterpret_cast<const float *>(OnChip(Space::L0C, src, srcBytes, 64, name, Pipe::FIX, "src"));
     uint8_t *out = Gm(dst, dstBytes, name, Pipe::FIX, "dst");
     const bool saturate = ((core.ctrl >> 48) & 1) == 0;
+    const StoreAtomic atomic = LatchStoreAtomic(name, Pipe::FIX, outBytes, true);
     acc.push_back({Space::L0C, OnChipOffset(src, name, Pipe::FIX, "src"), srcBytes, false});
-    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), mSize, nSize * outBytes,
-               dstStride * outBytes, true);
+    const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(dst));
+    if (atomic.op != StoreAtomicOp::None) {
+        AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, false); /* read-modify-write */
+    }
+    AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, true);
     Execute({name, Pipe::FIX, acc}, [=] {
+        std::vector<uint8_t> row(nSize * outBytes);
         for (uint64_t j = 0; j < mSize; ++j) {
             for (uint64_t col = 0; col < nSize; ++col) {
                 const float x = in[(col / 16) * srcStride * 16 + j * 16 + col % 16];
-                uint8_t *to = out + (j * dstStride + col) * outBytes;
+                uint8_t *to = row.data() + col * outBytes;
                 if (quant == 0) {
                     std::memcpy(to, &x, 4);
                 } else {
@@ -266,6 +275,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
                     std::memcpy(to, &h, 2);
                 }
             }
+            StoreWithAtomic(atomic, out + j * dstStride * outBytes, row.data(), row.size(), name, Pipe::FIX);
         }
     });
 }

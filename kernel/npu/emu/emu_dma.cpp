@@ -4,9 +4,12 @@
  *
  * GM -> UB: burst i reads lenBurst bytes at src + i x (lenBurst + srcGap) bytes and lands at the next 32-byte
  * block boundary of UB after the previous burst plus dstGap blocks; a burst occupies
- * ceil((left + len + right) / 32) blocks.  The bytes of those blocks that no source byte fills (configured
- * padding and the dummy tail) are written with kDummy, a NaN pattern: the device leaves values there a kernel
- * must not rely on, and the emulator makes such reliance visible.
+ * ceil((left + len + right) / 32) blocks.  The bytes of those blocks that no source byte fills are dummy data:
+ * without padding, copies of the burst's first element (CCE copy_gm_to_ubuf_align); with padding, repeats of
+ * set_mov_pad_val's value, which is not emulated, so padding and its dummy bytes get kDummy, a NaN pattern that
+ * makes reliance on them visible.
+ *
+ * UB -> GM stores apply the store-atomic mode they latch at issue (emu_atomic.cpp).
  */
 #include <cstring>
 #include <vector>
@@ -45,11 +48,13 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), nBurst, len, len + srcGap, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), nBurst, burstBlocks * kBlock,
                (burstBlocks + dstGap) * kBlock, true);
+    const bool padded = left != 0 || right != 0;
     Execute({name, Pipe::MTE2, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
             uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
-            for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = kDummy[b % 4];
-            std::memcpy(burst + left, in + i * (len + srcGap), len);
+            const uint8_t *from = in + i * (len + srcGap);
+            for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = padded ? kDummy[b % 4] : from[b % elem];
+            std::memcpy(burst + left, from, len);
         }
     });
 }
@@ -73,12 +78,16 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     const uint64_t gmBytes = (nBurst - 1) * (len + dstGap) + len;
     const uint8_t *in = OnChip(Space::UB, src, ubBytes, kBlock, name, Pipe::MTE3, "src");
     uint8_t *out = Gm(dst, gmBytes, name, Pipe::MTE3, "dst");
+    const StoreAtomic atomic = LatchStoreAtomic(name, Pipe::MTE3, elem, false);
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::MTE3, "src"), nBurst, burstBlocks * kBlock,
                (burstBlocks + srcGap) * kBlock, false);
-    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), nBurst, len, len + dstGap, true);
+    const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(dst));
+    if (atomic.op != StoreAtomicOp::None) AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, false);
+    AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, true); /* an atomic store reads, then writes */
     Execute({name, Pipe::MTE3, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
-            std::memcpy(out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len);
+            StoreWithAtomic(atomic, out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len, name,
+                            Pipe::MTE3);
         }
     });
 }
