@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Build pa-kit's kernel libraries into build/lib/ and say what was built, skipped or failed, and why.
 #
-#   bash compile.sh            build what is out of date (idempotent: unchanged sources are not rebuilt)
+#   bash compile.sh            build what the mock backend needs (mock device, planner helper, run() checks) and
+#                              the NPU library where CANN is found, and keep every clang part already built up to
+#                              date; on a fresh clone the clang parts are not built (say so, and how) - the
+#                              accuracy suite's first result does not wait for them (idempotent: unchanged
+#                              sources are not rebuilt)
+#   bash compile.sh --all      also build the clang parts (sim backend, emulator, A2/A3 check) on a fresh clone:
+#                              what the `sim` tests need; CI builds with --all
 #   bash compile.sh --setup    first install what the project needs (torch if no torch imports, then
 #                              `pip install -e ".[test,bench]"`), then build; torch comes from
 #                              $PA_KIT_TORCH_INDEX_URL when set (the CPU build:
@@ -26,6 +32,7 @@
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
+# The clang parts are libpa_sim_cpu.so, libpa_emu.so with libpa_sim.so, and the A2/A3 check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -222,6 +229,28 @@ build_run_check() {
     fi
 }
 
+# The clang parts (libpa_sim_cpu.so, the emulator and libpa_sim.so, the A2/A3 check): with --all, or once any
+# of them is in build/lib (then kept up to date: a stale sim library must never be what the tests load).
+clang_parts_wanted() {
+    [[ -n "${BUILD_ALL:-}" ]] && return 0
+    local lib
+    for lib in libpa_sim_cpu.so libpa_emu.so libpa_sim.so libpa_a2a3_cube.so libpa_a2a3_vec.so; do
+        [[ -f "$LIB_DIR/$lib" ]] && return 0
+    done
+    return 1
+}
+
+build_clang_parts() {
+    if ! clang_parts_wanted; then
+        record "clang parts (sim backend, emulator, A2/A3 check): not built (fresh build/; the mock needs none of \
+them): bash compile.sh --all builds them, and later plain runs keep them up to date"
+        return
+    fi
+    build_sim
+    build_emu
+    check_a2a3
+}
+
 main() {
     local do_setup="" arg
     for arg in "$@"; do
@@ -233,12 +262,13 @@ main() {
                 return 0
                 ;;
             --force) FORCE=1 ;;
+            --all) BUILD_ALL=1 ;;
             -h | --help)
-                sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+                awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
                 return 0
                 ;;
             *)
-                say "unknown option $arg (use --setup, --clean, --force or --help)"
+                say "unknown option $arg (use --setup, --all, --clean, --force or --help)"
                 return 2
                 ;;
         esac
@@ -250,10 +280,8 @@ main() {
     build_mock
     build_plan
     build_run_check
-    build_sim
-    build_emu
-    check_a2a3
     build_npu
+    build_clang_parts
     say "summary:"
     printf '  %s\n' "${SUMMARY[@]}"
     return "$STATUS"
