@@ -8,7 +8,8 @@
  * Controls: PA_SIM_SEED (a launch's seed; unset: a fresh one per launch, reported with every failure and by
  * pa_sim_last_seed), PA_SIM_SOC (910B1..910B4, A3; default 910B2), PA_SIM_SWITCH_EVERY (mean intrinsics between
  * baton passes, default 16), PA_SIM_IN_FLIGHT (instructions a core's pipes hold before retiring, default 256; 0
- * retires in program order).  The same through pa_sim_set_seed / pa_sim_set_soc.
+ * retires in program order), PA_SIM_INITCHECK (0 turns initcheck's UNINIT faults off; on by default in checked
+ * mode).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
 #include <chrono>
@@ -106,6 +107,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     g_lastSeed = cfg.seed;
     cfg.checked = host.config.checked != 0;
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) cfg.dropSignal = std::atoll(drop);
+    if (const char *init = std::getenv("PA_SIM_INITCHECK")) cfg.initcheck = std::atoi(init) != 0;
     if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
     if (const char *depth = std::getenv("PA_SIM_IN_FLIGHT")) cfg.inFlight = uint32_t(std::max(0, std::atoi(depth)));
     for (int slot = 0; slot < PA_NUM_PTR_ARGS; ++slot) {
