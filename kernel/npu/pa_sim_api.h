@@ -94,6 +94,9 @@ void pa_sim_mutate_sync(int32_t kind, int32_t edge);
 /* Negative control of the device-padding model: on != 0 skips the kernel's zero fills of the L1 padding that a
  * P.V over a ragged tail multiplies; in checked mode the output then holds NaN (on-chip memory starts as NaN). */
 void pa_sim_skip_zero_padding(int32_t on);
+/* Negative control of initcheck (device-path library only): every row-major load from GM argument `slot` loads one
+ * row fewer than its tile holds (-1: none); in checked mode the launch then fails with an UNINIT fault. */
+void pa_sim_shorten_load(int32_t slot);
 /* The race library (pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
  * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
 struct pa_mock_error;

@@ -50,6 +50,7 @@ thread_local HostState host;
 
 std::atomic<int32_t> g_droppedEdge{-1};
 std::atomic<bool> g_skipZeroPadding{false};
+std::atomic<int32_t> g_shortenedSlot{-1};
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
 std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
 std::atomic<uint64_t> g_lastSeed{0};
@@ -181,6 +182,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
 
 namespace pa::devsim {
 bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
+bool ShortenedLoad(int slot) { return g_shortenedSlot.load(std::memory_order_relaxed) == slot; }
 bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
 bool Mutated(int edge, int kind) { return g_mutationKind == kind && g_mutationEdge == edge; }
 void Count(int counter)
@@ -284,6 +286,7 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
 void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on != 0; }
+void pa_sim_shorten_load(int32_t slot) { g_shortenedSlot = slot; }
 void pa_sim_mutate_sync(int32_t kind, int32_t edge)
 {
     g_mutationKind = kind;
