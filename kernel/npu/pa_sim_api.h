@@ -99,6 +99,9 @@ void pa_sim_skip_zero_padding(int32_t on);
 /* Negative control of the store-atomic reset (device-path simulation only): on != 0 skips the kernel's
  * set_atomic_none at entry, so its first GM store meets the mode a previous kernel left and the launch fails. */
 void pa_sim_keep_inherited_atomics(int32_t on);
+/* Negative control of initcheck (device-path library only): every row-major load from GM argument `slot` loads one
+ * row fewer than its tile holds (-1: none); in checked mode the launch then fails with an UNINIT fault. */
+void pa_sim_shorten_load(int32_t slot);
 /* The race library (pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
  * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
 struct pa_mock_error;

@@ -29,6 +29,7 @@
 
 #include "devsim_hazard.hpp"
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 
 namespace pa::devsim {
 
@@ -55,6 +56,7 @@ struct LaunchConfig {
     uint32_t switchEvery = 16;
     uint32_t inFlight = 256;                               /* per core: instructions queued in its pipes (0: program order) */
     bool checked = true;                                   /* hazard checker on */
+    bool initcheck = true;                                 /* with checked: UNINIT faults (emu_initcheck.hpp) */
     int64_t dropSignal = -1;                               /* fault injection: the n-th FFTS message is lost */
     std::vector<std::pair<uint64_t, uint64_t>> gmBuffers;  /* every registered argument range */
     std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> watched; /* written buffers, named */

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 
 using namespace pa::emu;
@@ -252,6 +253,23 @@ int32_t pa_emu_last_accesses(int64_t *out, int32_t max)
 int32_t pa_emu_randomise_mode_state(uint64_t seed)
 {
     return Guard([&] { RandomiseModeState(Current(), seed); });
+}
+
+/* initcheck on the selected core (emu_initcheck.hpp): on != 0 starts it with every byte unwritten, 0 turns it
+ * off (a new core starts with it off: the known-answer tests fill buffers from the host). */
+int32_t pa_emu_initcheck(int32_t on)
+{
+    return Guard([&] { SetInitCheck(Current(), on != 0); });
+}
+
+/* Declares bytes [offset, offset + bytes) of buffer `space` (1 UB .. 5 L0C) of the selected core written, as a
+ * host fill through pa_emu_buffer is invisible to initcheck. */
+int32_t pa_emu_mark_written(int32_t space, uint64_t offset, uint64_t bytes)
+{
+    return Guard([&] {
+        if (space < 1 || space > 5) throw Fault("emu fault: no buffer " + std::to_string(space));
+        MarkWritten(static_cast<Space>(space), offset, bytes);
+    });
 }
 
 /* Read or write the selected core's CTRL register. */

@@ -1,5 +1,6 @@
 /* The emulated core's state, the fault path and the operand decoders (see emu_core.hpp). */
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 
 #include <cinttypes>
 #include <cstdio>
@@ -229,7 +230,8 @@ uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes)
     std::memcpy(&value, at, bytes);
     Issue issue{"scalar load", Pipe::S, {{space, OnChipOffset(ptr, "scalar load", Pipe::S, "address"), bytes, false}}};
     issue.kind = Kind::ScalarRead;
-    Report(issue);
+    Report(issue); /* the hazard checker first: an unordered read is a hazard before it is anything else */
+    if (const Taint *shadow = ShadowAt(space, at)) Reads("scalar load").Check(Pipe::S, "address", space, shadow, bytes, kToScalar);
     return value;
 }
 

@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace pa::emu {
@@ -63,6 +65,22 @@ struct Pending {
     std::function<void()> body;
 };
 
+/* initcheck (emu_initcheck.hpp): per byte of each on-chip buffer, 0 when written in this launch from data that
+ * derives from written bytes only, kUnwritten when never written, else the id of the origin of the unwritten data
+ * the byte derives from (origins[id - 1]: the first instruction that read unwritten bytes, its region and offset). */
+using Taint = uint16_t;
+struct InitOrigin {
+    const char *intrinsic;
+    Space space;
+    uint64_t offset;
+};
+struct InitShadow {
+    bool on = false;
+    std::vector<Taint> ub, l1, l0a, l0b, l0c;
+    std::vector<InitOrigin> origins;
+    std::map<std::tuple<const char *, Space, uint64_t>, Taint> known; /* an origin seen again keeps its id */
+};
+
 struct Core {
     CoreKind kind = CoreKind::Vector;
     int block = 0;
@@ -91,6 +109,7 @@ struct Core {
     uint64_t retire_state = 0;
     uint8_t pipe_rank[kPipes] = {};  /* which pipe runs ahead for now: reshuffled every kRankPeriod retirements */
     uint32_t retired = 0;
+    InitShadow init;
 };
 
 /* A core of `kind` for `soc`, its buffers filled with a seeded hostile pattern (never zero: NaN payloads and

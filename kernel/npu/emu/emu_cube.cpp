@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 #include "emu_numeric.hpp"
 
@@ -71,7 +72,10 @@ void Img2col(const char *name, Space target, void *dst, void *src, const u16f &k
     uint8_t *out = OnChip(target, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({target, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
+    const Taint *shadowIn = ShadowAt(Space::L1, in);
+    Taint *shadowOut = ShadowAt(target, out);
     Execute({name, Pipe::MTE1, acc}, [=] {
+        Reads reads(name);
         for (uint64_t m = 0; m < mExt; ++m) {
             for (uint64_t k = 0; k < kExt; ++k) {
                 const uint64_t p = mStart + m, c = kStart + k;
@@ -79,6 +83,7 @@ void Img2col(const char *name, Space target, void *dst, void *src, const u16f &k
                 const uint64_t inner = useB ? (k % 16) * 16 + m % 16 : (m % 16) * 16 + k % 16;
                 const uint64_t to = (m / 16) * kExt * 16 + (k / 16) * 256 + inner;
                 std::memcpy(out + to * 2, in + from * 2, 2);
+                if (shadowIn) reads.Copy(Space::L1, shadowIn + from * 2, shadowOut + to * 2, 2);
             }
         }
     });
@@ -93,6 +98,33 @@ float Element(const In *p, uint64_t i)
         return F32FromBf16(bits);
     } else {
         return F32FromF16(bits);
+    }
+}
+
+/* initcheck of mad (emu_initcheck.hpp): C[i][j] derives from unwritten bytes iff some A[i][l] or B[l][j], l < k,
+ * does (or, accumulating, C[i][j] did): per row of A and column of B once, then per element of C. */
+void MadTaint(const char *name, const Taint *a, const Taint *b, Taint *c, uint64_t m, uint64_t k, uint64_t n, bool init)
+{
+    const uint64_t mp = Up16(m), kp = Up16(k), np = Up16(n);
+    Reads reads(name);
+    std::vector<Taint> rowA(m, kClean), colB(n, kClean);
+    for (uint64_t i = 0; i < m; ++i) {
+        for (uint64_t l = 0; l < k && rowA[i] == kClean; ++l) {
+            rowA[i] = reads.Of(Space::L0A, a + ((i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16) * 2, 2);
+        }
+    }
+    for (uint64_t j = 0; j < n; ++j) {
+        for (uint64_t l = 0; l < k && colB[j] == kClean; ++l) {
+            colB[j] = reads.Of(Space::L0B, b + ((l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16) * 2, 2);
+        }
+    }
+    for (uint64_t i = 0; i < m; ++i) {
+        for (uint64_t j = 0; j < n; ++j) {
+            Taint *out = c + ((j / 16) * mp * 16 + i * 16 + j % 16) * 4;
+            Taint t = rowA[i] != kClean ? rowA[i] : colB[j];
+            if (t == kClean && !init) t = reads.Of(Space::L0C, out, 4);
+            Mark(out, 4, t);
+        }
     }
 }
 
@@ -116,7 +148,11 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
     const In *A = reinterpret_cast<const In *>(OnChip(Space::L0A, a, mp * kp * 2, kFractal, name, Pipe::M, "a"));
     const In *B = reinterpret_cast<const In *>(OnChip(Space::L0B, b, kp * np * 2, kFractal, name, Pipe::M, "b"));
     float *C = reinterpret_cast<float *>(OnChip(Space::L0C, c, mp * np * 4, 64, name, Pipe::M, "c"));
+    const Taint *shadowA = ShadowAt(Space::L0A, reinterpret_cast<const uint8_t *>(A));
+    const Taint *shadowB = ShadowAt(Space::L0B, reinterpret_cast<const uint8_t *>(B));
+    Taint *shadowC = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(C));
     auto multiply = [=] {
+        if (shadowA) MadTaint(name, shadowA, shadowB, shadowC, m, k, n, init);
         for (uint64_t i = 0; i < m; ++i) {
             for (uint64_t j = 0; j < n; ++j) {
                 float sum = 0.0f;
@@ -190,9 +226,15 @@ void load_cbuf_to_cb(void *dst, void *src, u16f baseIdxF, u8f repeatF, u16f srcS
     uint8_t *out = OnChip(Space::L0B, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({Space::L0B, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
+    const Taint *shadowIn = ShadowAt(Space::L1, in);
+    Taint *shadowOut = ShadowAt(Space::L0B, out);
     Execute({name, Pipe::MTE1, acc}, [=] {
+        Reads reads(name);
         for (uint64_t r = 0; r < repeat; ++r) {
             std::memcpy(out + r * (gap + 1) * kFractal, in + (base + r * stride) * kFractal, kFractal);
+            if (shadowIn) {
+                reads.Copy(Space::L1, shadowIn + (base + r * stride) * kFractal, shadowOut + r * (gap + 1) * kFractal, kFractal);
+            }
         }
     });
 }
@@ -261,11 +303,15 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
         AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, false); /* read-modify-write */
     }
     AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, true);
+    const Taint *shadow = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(in));
     Execute({name, Pipe::FIX, acc}, [=] {
+        Reads reads(name);
         std::vector<uint8_t> row(nSize * outBytes);
         for (uint64_t j = 0; j < mSize; ++j) {
             for (uint64_t col = 0; col < nSize; ++col) {
-                const float x = in[(col / 16) * srcStride * 16 + j * 16 + col % 16];
+                const uint64_t at = (col / 16) * srcStride * 16 + j * 16 + col % 16;
+                if (shadow) reads.Check(Pipe::FIX, "src", Space::L0C, shadow + at * 4, 4, kToGm);
+                const float x = in[at];
                 uint8_t *to = row.data() + col * outBytes;
                 if (quant == 0) {
                     std::memcpy(to, &x, 4);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 
 namespace pa::emu {
@@ -49,12 +50,14 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), nBurst, burstBlocks * kBlock,
                (burstBlocks + dstGap) * kBlock, true);
     const bool padded = left != 0 || right != 0;
+    Taint *shadow = ShadowAt(Space::UB, out); /* the padding and dummy bytes are written too */
     Execute({name, Pipe::MTE2, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
             uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
             const uint8_t *from = in + i * (len + srcGap);
             for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = padded ? kDummy[b % 4] : from[b % elem];
             std::memcpy(burst + left, from, len);
+            if (shadow) Mark(shadow + (burst - out), burstBlocks * kBlock, kClean);
         }
     });
 }
@@ -84,8 +87,10 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(dst));
     if (atomic.op != StoreAtomicOp::None) AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, false);
     AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, true); /* an atomic store reads, then writes */
+    const Taint *shadow = ShadowAt(Space::UB, in);
     Execute({name, Pipe::MTE3, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
+            if (shadow) Reads(name).Check(Pipe::MTE3, "src", Space::UB, shadow + i * (burstBlocks + srcGap) * kBlock, len, kToGm);
             StoreWithAtomic(atomic, out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len, name,
                             Pipe::MTE3);
         }
@@ -103,10 +108,12 @@ void Fill(const char *name, void *dst, int64_t config, Value value)
     const uint64_t bytes = ((repeat - 1) * (blocks + gap) + blocks) * kBlock;
     uint8_t *out = OnChip(Space::L1, dst, bytes, kBlock, name, Pipe::MTE2, "dst");
     acc.push_back({Space::L1, OnChipOffset(dst, name, Pipe::MTE2, "dst"), bytes, true});
+    Taint *shadow = ShadowAt(Space::L1, out);
     Execute({name, Pipe::MTE2, acc}, [=] {
         for (uint64_t r = 0; r < repeat; ++r) {
             uint8_t *run = out + r * (blocks + gap) * kBlock;
             for (uint64_t b = 0; b < blocks * kBlock; b += sizeof(Value)) std::memcpy(run + b, &value, sizeof(Value));
+            if (shadow) Mark(shadow + (run - out), blocks * kBlock, kClean);
         }
     });
 }
@@ -147,8 +154,16 @@ void copy_ubuf_to_ubuf(void *dst, void *src, u8f sid, u16f nBurstF, u16f lenF, u
     std::vector<Access> acc;
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::V, "src"), n, len * kBlock, (len + sg) * kBlock, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), n, len * kBlock, (len + dg) * kBlock, true);
+    const Taint *shadowIn = ShadowAt(Space::UB, in);
+    Taint *shadowOut = ShadowAt(Space::UB, out);
     Execute({name, Pipe::V, acc}, [=] {
-        for (uint64_t i = 0; i < n; ++i) std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
+        std::vector<Taint> burst(shadowIn ? len * kBlock : 0);
+        for (uint64_t i = 0; i < n; ++i) {
+            std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
+            if (!shadowIn) continue;
+            Reads(name).Copy(Space::UB, shadowIn + i * (len + sg) * kBlock, burst.data(), len * kBlock);
+            std::copy(burst.begin(), burst.end(), shadowOut + i * (len + dg) * kBlock);
+        }
     });
 }
 
@@ -180,6 +195,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
     const uint64_t l1Bytes = (ndNum - 1) * dstNd * e + ((nValue - 1) * nStride + (rowBlocks - 1) * c0 + 1) * kBlock;
     const uint8_t *in = Gm(src, gmBytes, name, Pipe::MTE2, "src");
     uint8_t *out = OnChip(Space::L1, dst, l1Bytes, kBlock, name, Pipe::MTE2, "dst");
+    Taint *shadow = ShadowAt(Space::L1, out); /* the zero padding of a row's last block is written too */
     auto move = [=] {
         for (uint64_t i = 0; i < ndNum; ++i) {
             for (uint64_t j = 0; j < nValue; ++j) {
@@ -188,6 +204,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
                     const uint64_t cols = (k + 1) * perBlock <= dValue ? perBlock : dValue - k * perBlock;
                     std::memset(block, 0, kBlock);
                     std::memcpy(block, in + (i * srcNd + j * srcD + k * perBlock) * e, cols * e);
+                    if (shadow) Mark(shadow + (block - out), kBlock, kClean);
                 }
             }
         }
