@@ -158,10 +158,10 @@ def test_the_covering_array_covers_every_pair() -> None:
     assert len(CASES) < math.prod(len(v) for v in FACTORS.values()) // 100
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
-def test_feature_case_matches_the_golden(index: int) -> None:
+def check_case(index: int, lib: ctypes.CDLL | None = None) -> None:
+    """Covering-array case ``index`` on the mock (or ``lib``) against the golden, output and lse."""
     b = build(CASES[index], seed=1000 + index)
-    code, err, out, lse = run_mock(b)
+    code, err, out, lse = run_mock(b, lib=lib)
     assert code == 0, err.message
     ref = reference(b.query, b.key_cache, b.value_cache, b.table, b.lens, b.plan.scale, b.features)
     result = compare(out, ref)
@@ -171,6 +171,11 @@ def test_feature_case_matches_the_golden(index: int) -> None:
         assert lse_result.passed, lse_result.summary()
     else:
         assert torch.isnan(lse).all(), "the lse buffer was written without return_lse"
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
+def test_feature_case_matches_the_golden(index: int) -> None:
+    check_case(index)
 
 
 #: The covering array's one-token cases: the decode features the NPU kernel executes (window, sinks, lse).
@@ -185,17 +190,7 @@ def test_one_token_feature_case_on_the_device_path_matches_the_golden(index: int
     mock_api.declare(lib)
     assert lib.pa_supported_features() & (abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE) == \
         abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
-    b = build(CASES[index], seed=1000 + index)
-    code, err, out, lse = run_mock(b, lib=lib)
-    assert code == 0, err.message
-    ref = reference(b.query, b.key_cache, b.value_cache, b.table, b.lens, b.plan.scale, b.features)
-    result = compare(out, ref)
-    assert result.passed, result.summary()
-    if b.plan.return_lse:
-        lse_result = compare_lse(lse, ref)
-        assert lse_result.passed, lse_result.summary()
-    else:
-        assert torch.isnan(lse).all(), "the lse buffer was written without return_lse"
+    check_case(index, lib)
 
 
 def test_pages_outside_the_window_are_never_read() -> None:
