@@ -170,7 +170,7 @@ build_plan() {
 build_aarch64_cross() {
     local out rc=0
     if [[ "$(host_arch)" != x86_64 ]]; then
-        record "aarch64 cross build: skipped (a $(host_arch) host: the default test run tests its own build)"
+        record "aarch64 cross build: skipped (this host is $(host_arch), not x86-64; an aarch64 host tests its own build)"
         return
     fi
     out="$(FORCE="${FORCE:-}" bash "$ROOT/kernel/mock/cross/build_aarch64.sh" "$BUILD_DIR" 2>&1)" || rc=$?
