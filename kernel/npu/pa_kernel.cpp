@@ -71,7 +71,7 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
-/* Launches this kernel executes: one query token, no MLA (kNpuKernelFeatures; the hosts refuse the rest first). */
+/* Launches this kernel executes: one query token, no MLA (PA_NPU_KERNEL_FEATURES; the hosts refuse the rest first). */
 AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen == 1 && t.ropeDim == 0; }
 
 template <bool kCube>

@@ -108,7 +108,8 @@ struct VectorCore {
         }
     }
 
-    /* Masked columns of the piece at column w0 of unit u: the task's columns before the window that fall in it. */
+    /* Masked columns of the piece at column w0 of the unit starting at task column unitStart: the task's columns
+     * before the window that fall in it. */
     AICORE static inline uint32_t MaskedIn(const Task &tk, uint32_t unitStart, uint32_t w0, uint32_t wl)
     {
         const uint32_t first = unitStart + w0;

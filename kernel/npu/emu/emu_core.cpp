@@ -38,18 +38,6 @@ std::string CoreLabel()
     return text;
 }
 
-std::vector<uint8_t> *Buffer(Core &core, Space space)
-{
-    switch (space) {
-        case Space::UB: return &core.ub;
-        case Space::L1: return &core.l1;
-        case Space::L0A: return &core.l0a;
-        case Space::L0B: return &core.l0b;
-        case Space::L0C: return &core.l0c;
-        default: return nullptr;
-    }
-}
-
 /* splitmix64: the hostile fill's generator. */
 uint64_t Mix(uint64_t &state)
 {
@@ -71,6 +59,18 @@ void Hostile(std::vector<uint8_t> &buffer, uint64_t seed)
 }
 
 }  // namespace
+
+std::vector<uint8_t> *Buffer(Core &core, Space space)
+{
+    switch (space) {
+        case Space::UB: return &core.ub;
+        case Space::L1: return &core.l1;
+        case Space::L0A: return &core.l0a;
+        case Space::L0B: return &core.l0b;
+        case Space::L0C: return &core.l0c;
+        default: return nullptr;
+    }
+}
 
 const char *SpaceName(Space space)
 {

@@ -132,6 +132,8 @@ void CheckRange(const char *intrinsic, Pipe pipe, const char *field, uint64_t va
  * has that buffer, the alignment (bytes) and the bounds. */
 uint8_t *OnChip(Space space, const void *ptr, uint64_t bytes, unsigned align, const char *intrinsic, Pipe pipe,
                 const char *operand);
+/* The on-chip buffer `space` of `core` (null for GM). */
+std::vector<uint8_t> *Buffer(Core &core, Space space);
 /* The byte offset an on-chip pointer stands for (no bounds check). */
 uint64_t OnChipOffset(const void *ptr, const char *intrinsic, Pipe pipe, const char *operand);
 uint8_t *Gm(const void *ptr, uint64_t bytes, const char *intrinsic, Pipe pipe, const char *operand);

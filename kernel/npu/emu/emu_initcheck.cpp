@@ -18,17 +18,6 @@ std::vector<Taint> *ShadowOf(InitShadow &init, Space space)
     }
 }
 
-const std::vector<uint8_t> &BufferOf(const Core &core, Space space)
-{
-    switch (space) {
-        case Space::UB: return core.ub;
-        case Space::L1: return core.l1;
-        case Space::L0A: return core.l0a;
-        case Space::L0B: return core.l0b;
-        default: return core.l0c;
-    }
-}
-
 uint64_t OffsetOf(Core &core, Space space, const Taint *at) { return uint64_t(at - ShadowOf(core.init, space)->data()); }
 
 }  // namespace
@@ -39,7 +28,7 @@ void SetInitCheck(Core &core, bool on)
     core.init.on = on;
     if (!on) return;
     for (Space space : {Space::UB, Space::L1, Space::L0A, Space::L0B, Space::L0C}) {
-        ShadowOf(core.init, space)->assign(BufferOf(core, space).size(), kUnwritten);
+        ShadowOf(core.init, space)->assign(Buffer(core, space)->size(), kUnwritten);
     }
 }
 
@@ -58,7 +47,7 @@ Taint *ShadowAt(Space space, const uint8_t *at)
 {
     Core &core = Current();
     if (!core.init.on) return nullptr;
-    return ShadowOf(core.init, space)->data() + (at - BufferOf(core, space).data());
+    return ShadowOf(core.init, space)->data() + (at - Buffer(core, space)->data());
 }
 
 Reads::Reads(const char *intrinsic) : core_(Current()), intrinsic_(intrinsic) {}
