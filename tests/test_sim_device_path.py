@@ -108,6 +108,21 @@ def test_a_nan_in_the_cache_reaches_the_output_whatever_ctrl_a_previous_kernel_l
         assert torch.isfinite(out[0, 4:]).all() and torch.isfinite(out[1]).all(), f"PA_SIM_SEED={seed} {strategy}"
 
 
+def test_a_store_with_the_atomic_mode_a_previous_kernel_left_faults() -> None:
+    """Negative control of the kernel's set_atomic_none at entry: every core starts with the store-atomic mode a
+    previous kernel may have left (random, marked inherited); without the reset the first GM store faults."""
+    handle = _library()
+    handle.pa_sim_keep_inherited_atomics.argtypes = [ctypes.c_int32]
+    case = _case([100, 50])
+    handle.pa_sim_keep_inherited_atomics(1)
+    try:
+        with pytest.raises(RuntimeError, match="store-atomic mode the previous kernel left"):
+            _run(case, SEEDS[0])
+    finally:
+        handle.pa_sim_keep_inherited_atomics(0)
+    assert torch.isfinite(_run(case, SEEDS[0])).all()
+
+
 def test_core_count_above_the_socs_clusters_is_refused_before_launch() -> None:
     handle = _library()
     handle.pa_sim_soc_clusters.argtypes = [ctypes.c_char_p]
