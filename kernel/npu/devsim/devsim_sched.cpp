@@ -254,6 +254,7 @@ void OnCrossSetRetired(const emu::Issue &issue)
     Run &r = *g_run;
     auto &leaving = a.leaving[int(issue.pipe)];
     auto it = std::find_if(leaving.begin(), leaving.end(), [&](const auto &m) { return m.first == issue.config; });
+    if (it == leaving.end()) throw emu::Fault("devsim: a cross-core message left that its core never issued");
     Clock clock = std::move(it->second);
     leaving.erase(it);
     std::unique_lock<std::mutex> lock(r.mu);

@@ -30,6 +30,13 @@ std::vector<Access> g_lastAccesses; /* what the last reported instruction touche
 
 void RememberAccesses(const Issue &issue) { g_lastAccesses = issue.accesses; }
 
+/* The selected core as the device-path scheduler names a core in its faults ("cube core 0.0", "vec core 3.1"). */
+std::string CoreLabel(const Core &core)
+{
+    return (core.kind == CoreKind::Cube ? "cube core " : "vec core ") + std::to_string(core.block) + "." +
+           std::to_string(core.kind == CoreKind::Cube ? 0 : core.sub);
+}
+
 using A = const int64_t *;
 void *On(int64_t offset) { return reinterpret_cast<void *>(uint64_t(offset) | kOnChipTag); }
 void *Host(int64_t address) { return reinterpret_cast<void *>(uint64_t(address)); }
@@ -255,7 +262,7 @@ int32_t pa_emu_cross_sent(int64_t *out, int32_t capacity)
 /* A cross-core message reaches the selected core's counter of `flag`, as a scheduler delivers it. */
 int32_t pa_emu_cross_raise(int32_t flag)
 {
-    return Guard([&] { RaiseCrossCounter(Current(), flag, "the selected core"); });
+    return Guard([&] { RaiseCrossCounter(Current(), flag, CoreLabel(Current())); });
 }
 
 /* The kernel-exit check (TRAILING_FLAG) of the selected core: its intra-core flags and/or its counters. */
@@ -263,7 +270,7 @@ int32_t pa_emu_check_exit(int32_t intra, int32_t cross)
 {
     return Guard([&] {
         Drain();
-        CheckTrailingFlags(Current(), "the selected core", intra != 0, cross != 0);
+        CheckTrailingFlags(Current(), CoreLabel(Current()), intra != 0, cross != 0);
     });
 }
 
