@@ -9,6 +9,7 @@ as host addresses, float scalars as their bits) and reads the result.  A fault c
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -40,6 +41,12 @@ def emu() -> ctypes.CDLL:
     lib.pa_emu_register_gm.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
     lib.pa_emu_initcheck.argtypes = [ctypes.c_int32]
     lib.pa_emu_mark_written.argtypes = [ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64]
+    lib.pa_emu_core_reorder.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
+    lib.pa_emu_cross_record.argtypes = [ctypes.c_int32]
+    lib.pa_emu_cross_record.restype = None
+    lib.pa_emu_cross_sent.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
+    lib.pa_emu_cross_raise.argtypes = [ctypes.c_int32]
+    lib.pa_emu_check_exit.argtypes = [ctypes.c_int32, ctypes.c_int32]
     return lib
 
 
@@ -72,6 +79,28 @@ class Core:
         """Declare bytes a test filled from the host written (initcheck cannot see host writes)."""
         self.select()
         if emu().pa_emu_mark_written(SPACES[space], offset, nbytes) != 0:
+            raise EmuFaultError(emu().pa_emu_last_error().decode())
+
+    def reorder(self, in_flight: int, seed: int) -> None:
+        """Queue up to ``in_flight`` instructions in the pipes, retired (and cross-core messages sent) in the order
+        ``seed`` picks; 0: every instruction at issue, in program order."""
+        self._check(self._select_and(lambda lib: lib.pa_emu_core_reorder(in_flight, seed)))
+
+    def raise_cross(self, flag: int) -> None:
+        """A cross-core message reaches this core's counter of ``flag`` (as the device-path scheduler delivers it)."""
+        self._check(self._select_and(lambda lib: lib.pa_emu_cross_raise(flag)))
+
+    def check_exit(self, intra: bool = True, cross: bool = True) -> None:
+        """Drain, then the kernel-exit check (TRAILING_FLAG) of intra-core flags and/or cross-core counters."""
+        self._check(self._select_and(lambda lib: lib.pa_emu_check_exit(int(intra), int(cross))))
+
+    def _select_and(self, fn: Callable[[ctypes.CDLL], int]) -> int:
+        self.select()
+        return int(fn(emu()))
+
+    @staticmethod
+    def _check(rc: int) -> None:
+        if rc != 0:
             raise EmuFaultError(emu().pa_emu_last_error().decode())
 
     def call(self, name: str, *args: int) -> None:

@@ -157,9 +157,9 @@ struct CombineCore {
             SetWorkItem(int32_t(slot), int32_t(head), -1);
             One(slot, head);
         }
-        WaitFlag(kLseUbFree);
-        WaitFlag(kChunkUbFree);
-        WaitFlag(kCombOutFree);
+        DrainFlag(kLseUbFree);
+        DrainFlag(kChunkUbFree);
+        DrainFlag(kCombOutFree);
     }
 };
 

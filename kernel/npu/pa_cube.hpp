@@ -96,7 +96,7 @@ struct CubeCore {
         } else {
             RunTasks<HeadPath<T, DCap>>(blockNum);
         }
-        ForEachFreeFlag([](auto f) { WaitFlag(f); });
+        ForEachFreeFlag([](auto f) { DrainFlag(f); });
     }
 };
 

@@ -338,6 +338,18 @@ AICORE inline void WaitFlag(Flag<Src, Dst> f)
 #endif
 }
 
+/* The wait of a write-after-read flag at core exit: every flag a core sets must be waited before it ends, or the
+ * next kernel on the core finds it set (the device-path simulation's TRAILING_FLAG check; its negative control
+ * skips one drain). */
+template <Pipe Src, Pipe Dst>
+AICORE inline void DrainFlag(Flag<Src, Dst> f)
+{
+#ifdef PA_DEVICE_SIM
+    if (devsim::Mutated(f.edge, PA_SIM_MUTATE_NO_DRAIN)) return;
+#endif
+    WaitFlag(f);
+}
+
 /* set + wait: the destination pipe's next instruction waits for the source pipe's earlier ones. */
 template <Pipe Src, Pipe Dst>
 AICORE inline void Handoff(Flag<Src, Dst> f)
@@ -449,7 +461,7 @@ AICORE inline void CrossSet(pipe_t pipe, uint16_t msg, int edge)
 AICORE inline void CrossWait(uint16_t id, int edge)
 {
 #ifdef PA_DEVICE_SIM
-    if (devsim::EdgeDropped(edge)) return;
+    if (devsim::EdgeDropped(edge) || devsim::Mutated(edge, PA_SIM_MUTATE_SKIP_CROSS_WAIT)) return;
 #else
     (void)edge;
 #endif

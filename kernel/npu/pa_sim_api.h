@@ -87,11 +87,15 @@ int32_t pa_sim_sync_point_count(void);
 void pa_sim_drop_sync(int32_t id);
 /* Mutations of one edge's meaning, for the checker's negative controls (kind -1 or edge -1: none):
  * the flag set and waited from the wrong source pipe (the scalar pipe), the flag on event 0 (with a ping-pong
- * half's "1" edge: both halves on one event), a cross-core signal issued from another pipe (the scalar pipe). */
+ * half's "1" edge: both halves on one event), a cross-core signal issued from another pipe (the scalar pipe);
+ * device path only: a cross-core edge's waits skipped while its sets stay (counters left raised: TRAILING_FLAG,
+ * or past 15 on a long launch), a write-after-read flag not drained at core exit (TRAILING_FLAG). */
 #define PA_SIM_MUTATE_WRONG_SOURCE 1
 #define PA_SIM_MUTATE_SHARED_EVENT 2
 #define PA_SIM_MUTATE_SIGNAL_PIPE 3
-#define PA_SIM_MUTATIONS 4
+#define PA_SIM_MUTATE_SKIP_CROSS_WAIT 4
+#define PA_SIM_MUTATE_NO_DRAIN 5
+#define PA_SIM_MUTATIONS 6
 void pa_sim_mutate_sync(int32_t kind, int32_t edge);
 /* Negative control of the device-padding model: on != 0 skips the kernel's zero fills of the L1 padding that a
  * P.V over a ragged tail multiplies; in checked mode the output then holds NaN (on-chip memory starts as NaN). */

@@ -382,7 +382,7 @@ struct VectorCore {
             }
         });
         if (havePending) Retire(pending);
-        ForEachFreeFlag([](auto f) { WaitFlag(f); });
+        ForEachFreeFlag([](auto f) { DrainFlag(f); });
         if (t.SplitKv()) {
             VectorBarrier();
             CombineCore<T, DCap> combine{t, core, sub, o, ocore, l, lseGm, sinks};

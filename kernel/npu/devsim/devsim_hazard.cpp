@@ -234,21 +234,4 @@ void Hazards::Report(const char *what, uint32_t core, int pipe, uint32_t now, co
     throw HazardError(text);
 }
 
-void Hazards::Finish(uint32_t core, const emu::Core &emulated)
-{
-    for (int s = 0; s < emu::kPipes; ++s) {
-        for (int d = 0; d < emu::kPipes; ++d) {
-            for (int e = 0; e < emu::kEvents; ++e) {
-                if (!emulated.flag[s][d][e]) continue;
-                char text[224];
-                std::snprintf(text, sizeof text,
-                              "HAZARD: %s ends with flag %s -> %s event %d still set: the next kernel on this core "
-                              "would find it set (a set without its wait)",
-                              labels_[core].c_str(), emu::PipeName(Pipe(s)), emu::PipeName(Pipe(d)), e);
-                throw HazardError(text);
-            }
-        }
-    }
-}
-
 }  // namespace pa::devsim

@@ -11,8 +11,8 @@
  *   - the scalar unit issues every instruction, so a scalar instruction (a scalar read of on-chip memory, a
  *     wait_flag to PIPE_S, a cross-core wait) is ordered before everything issued after it;
  *   - pipe_barrier(PIPE_ALL) orders everything after it after everything before it;
- *   - a cross-core set covers its pipe's earlier work, and the wait that consumes it orders everything after it;
- *   - a core that ends with an intra-core flag still set leaves the next kernel a stale flag.
+ *   - a cross-core set covers its pipe's earlier work, and the wait that consumes it orders everything after it.
+ * (Flags left set at kernel exit are the scheduler's TRAILING_FLAG check, on whether or not this checker is.)
  * Vector clocks per (core, pipe) agent; shadow cells of 32 bytes on chip (the UB block, a fractal row) and of 4
  * bytes in the GM buffers the kernel writes.  Execution is one core at a time (the scheduler's baton), so nothing
  * here locks.
@@ -61,8 +61,6 @@ public:
     /* The clock a cross-core set from `pipe` of `core` carries; the wait that consumes it joins it. */
     Clock Snapshot(uint32_t core, emu::Pipe pipe) const { return state_[core].vc[int(pipe)]; }
     void JoinAll(uint32_t core, const Clock &clock);
-    /* At core exit: every intra-core flag waited for. */
-    void Finish(uint32_t core, const emu::Core &emulated);
 
 private:
     struct Epoch {

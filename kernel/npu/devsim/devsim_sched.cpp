@@ -22,7 +22,9 @@ struct Agent {
     State state = State::Pending;
     int waitFlag = -1;
     std::deque<Clock> delivered[emu::kCrossFlags]; /* the clocks of the sets a wait will consume */
-    std::deque<Clock> leaving[emu::kPipes];        /* per pipe: issued cross-core sets' clocks, until they retire */
+    /* per pipe: issued cross-core sets' messages and clocks until they leave; they may leave in another order
+     * (emu_pipes.cpp's outbox), and two of one pipe with the same message are interchangeable */
+    std::deque<std::pair<uint64_t, Clock>> leaving[emu::kPipes];
     WorkItem item;
     Figures figures;
     std::condition_variable turn; /* notified when the baton comes to this core (or the launch aborts) */
@@ -124,13 +126,7 @@ void PassLocked(Run &r, std::unique_lock<std::mutex> &lock, Agent *me)
 
 void Raise(Agent &to, int flag, Clock clock)
 {
-    uint8_t &counter = to.core.cross[flag];
-    if (counter >= emu::kCrossCounterMax) {
-        throw emu::Fault("emu fault: ffts_cross_core_sync: the cross-core counter of flag " + std::to_string(flag) +
-                         " on " + Label(to.block, to.role) + " is already " + std::to_string(counter) +
-                         " (4 bits): a set would be lost");
-    }
-    ++counter;
+    emu::RaiseCrossCounter(to.core, flag, Label(to.block, to.role));
     to.delivered[flag].push_back(std::move(clock));
     if (to.state == State::Blocked && to.waitFlag == flag) {
         to.state = State::Runnable;
@@ -176,6 +172,37 @@ void Deliver(Run &r, Agent &from, const emu::Issue &issue, Clock clock)
     }
 }
 
+/* After the whole launch, when no message is left to arrive: every cross-core counter back at 0 and no FFTS
+ * half-set (one vector core's mode-2 set its partner never matched, a mode-0 barrier some vector cores never
+ * reached) pending.  Checked at the launch's end, not a core's: a core's counter can still be raised by another
+ * core after it ended, and on a device the leftover reaches the next kernel (or the next block) on that core. */
+std::string TrailingCrossText(Run &r)
+{
+    const std::string seed = " [PA_SIM_SEED=" + std::to_string(r.cfg.seed) + "]";
+    for (const auto &a : r.agents) {
+        try {
+            emu::CheckTrailingFlags(a->core, Label(a->block, a->role), false, true);
+        } catch (const emu::Fault &fault) {
+            return fault.what() + seed;
+        }
+    }
+    for (size_t i = 0; i < r.fromVec.size(); ++i) {
+        if (r.fromVec[i].empty()) continue;
+        const uint32_t block = uint32_t(i / (2 * emu::kCrossFlags)), sub = uint32_t(i / emu::kCrossFlags % 2);
+        return "TRAILING_FLAG (HAZARD): " + Label(block, int(sub) + 1) + " ends the launch with " +
+               std::to_string(r.fromVec[i].size()) + " mode-2 set(s) of cross-core flag " +
+               std::to_string(i % emu::kCrossFlags) + " its partner vector core never matched (the cube's counter " +
+               "waits for both)" + seed;
+    }
+    for (int f = 0; f < emu::kCrossFlags; ++f) {
+        if (r.allVecArrivals[f] == 0) continue;
+        return "TRAILING_FLAG (HAZARD): the launch ends with " + std::to_string(r.allVecArrivals[f]) + " of " +
+               std::to_string(2 * r.cfg.blockDim) + " vector cores' mode-0 sets of cross-core flag " + std::to_string(f) +
+               " (a barrier some vector cores never reached)" + seed;
+    }
+    return "";
+}
+
 void CountFigures(Agent &a, const emu::Issue &issue, const LaunchConfig &cfg)
 {
     Figures &f = a.figures;
@@ -214,7 +241,7 @@ void OnIssue(const emu::Issue &issue)
     }
     if (r.cfg.checked) r.hazards.OnIssue(a.index, issue, a.item);
     if (issue.kind == Kind::CrossSet) {
-        a.leaving[int(issue.pipe)].push_back(r.cfg.checked ? r.hazards.Snapshot(a.index, issue.pipe) : Clock{});
+        a.leaving[int(issue.pipe)].emplace_back(issue.config, r.cfg.checked ? r.hazards.Snapshot(a.index, issue.pipe) : Clock{});
     }
     std::unique_lock<std::mutex> lock(r.mu);
     if (issue.kind == Kind::CrossWait || r.rng() % r.cfg.switchEvery == 0) PassLocked(r, lock, &a);
@@ -225,9 +252,11 @@ void OnCrossSetRetired(const emu::Issue &issue)
 {
     Agent &a = *t_agent;
     Run &r = *g_run;
-    std::deque<Clock> &leaving = a.leaving[int(issue.pipe)];
-    Clock clock = std::move(leaving.front());
-    leaving.pop_front();
+    auto &leaving = a.leaving[int(issue.pipe)];
+    auto it = std::find_if(leaving.begin(), leaving.end(), [&](const auto &m) { return m.first == issue.config; });
+    if (it == leaving.end()) throw emu::Fault("devsim: a cross-core message left that its core never issued");
+    Clock clock = std::move(it->second);
+    leaving.erase(it);
     std::unique_lock<std::mutex> lock(r.mu);
     Deliver(r, a, issue, std::move(clock));
     PassLocked(r, lock, &a);
@@ -255,8 +284,8 @@ void CoreThread(Run &r, Agent &a)
             if (r.aborted) throw Aborted{};
         }
         r.cfg.body(a.block, a.role);
-        emu::Drain(); /* the pipes finish what the scalar unit issued before the core ends */
-        if (r.cfg.checked) r.hazards.Finish(a.index, a.core);
+        emu::Drain(); /* the pipes finish what the scalar unit issued and its messages leave before the core ends */
+        emu::CheckTrailingFlags(a.core, Label(a.block, a.role), true, false); /* its own flags: nobody else's */
         std::unique_lock<std::mutex> lock(r.mu);
         a.state = State::Done;
         const uint32_t base = a.block * kRoles;
@@ -365,6 +394,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
         for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);
     }
     if (r.error.empty() && r.aborted) r.error = DeadlockText(r);
+    if (r.error.empty()) r.error = TrailingCrossText(r);
     return r.error;
 }
 

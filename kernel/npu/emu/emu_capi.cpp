@@ -6,6 +6,7 @@
  * float scalars their IEEE bits (fp32, or fp16/bf16 in the low 16 bits).  Every call returns 0, or -1 with the
  * fault's text in pa_emu_last_error(); no C++ exception crosses this boundary.
  */
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -23,9 +24,18 @@ namespace {
 
 thread_local std::string g_error;
 std::vector<std::unique_ptr<Core>> g_cores;
+std::vector<int64_t> g_sent; /* flag ids of the cross-core messages that left, in order (pa_emu_cross_record) */
+void RecordSent(const Issue &issue) { g_sent.push_back(int64_t((issue.config >> 8) & 0xf)); }
 std::vector<Access> g_lastAccesses; /* what the last reported instruction touched (pa_emu_record_accesses) */
 
 void RememberAccesses(const Issue &issue) { g_lastAccesses = issue.accesses; }
+
+/* The selected core as the device-path scheduler names a core in its faults ("cube core 0.0", "vec core 3.1"). */
+std::string CoreLabel(const Core &core)
+{
+    return (core.kind == CoreKind::Cube ? "cube core " : "vec core ") + std::to_string(core.block) + "." +
+           std::to_string(core.kind == CoreKind::Cube ? 0 : core.sub);
+}
 
 using A = const int64_t *;
 void *On(int64_t offset) { return reinterpret_cast<void *>(uint64_t(offset) | kOnChipTag); }
@@ -224,6 +234,44 @@ int32_t pa_emu_register_gm(const void *ptr, uint64_t bytes)
 int32_t pa_emu_clear_gm(void)
 {
     return Guard([] { ClearGm(); });
+}
+
+/* The selected core's pipes hold up to `in_flight` instructions, retired (and its cross-core messages sent) in
+ * the order `seed` picks; 0: program order. */
+int32_t pa_emu_core_reorder(uint32_t in_flight, uint64_t seed)
+{
+    return Guard([&] { SetPipeReorder(Current(), in_flight, seed); });
+}
+
+/* on: record the flag id of every cross-core message as it leaves its core (off: messages go nowhere). */
+void pa_emu_cross_record(int32_t on)
+{
+    g_sent.clear();
+    SetCrossSetHook(on ? RecordSent : nullptr);
+}
+
+/* Copies up to `capacity` recorded flag ids, oldest first, and forgets them; returns how many were copied. */
+int32_t pa_emu_cross_sent(int64_t *out, int32_t capacity)
+{
+    const int32_t n = std::min<int32_t>(capacity, int32_t(g_sent.size()));
+    std::copy_n(g_sent.begin(), n, out);
+    g_sent.erase(g_sent.begin(), g_sent.begin() + n);
+    return n;
+}
+
+/* A cross-core message reaches the selected core's counter of `flag`, as a scheduler delivers it. */
+int32_t pa_emu_cross_raise(int32_t flag)
+{
+    return Guard([&] { RaiseCrossCounter(Current(), flag, CoreLabel(Current())); });
+}
+
+/* The kernel-exit check (TRAILING_FLAG) of the selected core: its intra-core flags and/or its counters. */
+int32_t pa_emu_check_exit(int32_t intra, int32_t cross)
+{
+    return Guard([&] {
+        Drain();
+        CheckTrailingFlags(Current(), CoreLabel(Current()), intra != 0, cross != 0);
+    });
 }
 
 /* on != 0: keep what each reported instruction touches, for pa_emu_last_accesses (the hazard checker's view). */

@@ -6,8 +6,10 @@
  * bit already set is a fault (the device leaves it undefined and a later PIPE_ALL barrier hangs), and a wait on
  * a bit nobody set is a deadlock in program order, also a fault.  Their pipe halves then go to the pipes
  * (emu_pipes.cpp), which retire them as the device would.  A cross-core wait that finds its counter at 0 first
- * lets the core's queued cross-core sets leave (the pipes keep running while the scalar unit waits) and then on a zero counter, asks the scheduler hook (a simulation that runs the other
- * cores); it faults as a deadlock when there is none.
+ * lets the core's queued cross-core sets leave (the pipes keep running while the scalar unit waits) and then, on a
+ * zero counter, asks the scheduler hook (a simulation that runs the other cores); it faults as a deadlock when
+ * there is none.  A counter holds 0-15 (RaiseCrossCounter); at kernel exit every flag must be back at rest
+ * (CheckTrailingFlags: msSanitizer's synccheck reports the same leftovers on a device).
  */
 #include <string>
 
@@ -55,6 +57,38 @@ Pipe PipeOf(int pipe, const char *intrinsic)
 }  // namespace
 
 void SetCrossWaitHook(CrossWaitHook hook) { g_cross_wait = hook; }
+
+void RaiseCrossCounter(Core &core, int flag, const std::string &who)
+{
+    CheckRange("ffts_cross_core_sync", Pipe::S, "flag", uint64_t(flag), 0, kCrossFlags - 1);
+    uint8_t &counter = core.cross[flag];
+    if (counter >= kCrossCounterMax) {
+        throw Fault("emu fault: ffts_cross_core_sync: the cross-core counter of flag " + std::to_string(flag) + " on " +
+                    who + " is already " + std::to_string(counter) +
+                    " (0-15, 4 bits): one more set is an error on the device (CrossCoreSetFlag)");
+    }
+    ++counter;
+}
+
+void CheckTrailingFlags(const Core &core, const std::string &who, bool intra, bool cross)
+{
+    for (int s = 0; intra && s < kPipes; ++s) {
+        for (int d = 0; d < kPipes; ++d) {
+            for (int e = 0; e < kEvents; ++e) {
+                if (!core.flag[s][d][e]) continue;
+                throw Fault("TRAILING_FLAG (HAZARD): " + who + " ends with flag " + PipeName(Pipe(s)) + "->" +
+                            PipeName(Pipe(d)) + " event " + std::to_string(e) +
+                            " still set (a set without its wait): the next kernel on this core finds it set");
+            }
+        }
+    }
+    for (int f = 0; cross && f < kCrossFlags; ++f) {
+        if (core.cross[f] == 0) continue;
+        throw Fault("TRAILING_FLAG (HAZARD): " + who + " ends with cross-core flag " + std::to_string(f) +
+                    "'s counter at " + std::to_string(core.cross[f]) +
+                    " (sets without their waits): the next kernel on this core starts with it raised");
+    }
+}
 
 }  // namespace pa::emu
 

@@ -109,6 +109,9 @@ struct Core {
     uint64_t retire_state = 0;
     uint8_t pipe_rank[kPipes] = {};  /* which pipe runs ahead for now: reshuffled every kRankPeriod retirements */
     uint32_t retired = 0;
+    /* Cross-core sets their pipe retired whose message has not left yet: they leave in a seeded order, so two
+     * pending together may overtake each other (emu_pipes.cpp). */
+    std::vector<Pending> outbox;
     InitShadow init;
 };
 
@@ -192,6 +195,13 @@ void SetPipeReorder(Core &core, uint32_t inFlightMax, uint64_t seed);
 using CrossSetHook = void (*)(const Issue &);
 void SetCrossSetHook(CrossSetHook hook);
 void CrossSetRetired(const Issue &issue);
+
+/* A cross-core message reaches `core`'s counter of `flag` (the scheduler's delivery): past 15 (4 bits) is a fault
+ * naming `who`, the flag and the count. */
+void RaiseCrossCounter(Core &core, int flag, const std::string &who);
+/* TRAILING_FLAG at kernel exit: an intra-core flag still set (`intra`), or a cross-core counter not back at 0
+ * (`cross`); the fault names `who`, the pipe pair or the cross-core flag id, and the flag. */
+void CheckTrailingFlags(const Core &core, const std::string &who, bool intra, bool cross);
 
 /* Who may raise a cross-core counter a wait finds at 0: a scheduler running the other cores returns true
  * once it has (the wait then proceeds); without one such a wait is a deadlock. */

@@ -12,6 +12,13 @@
  * What a pipe executes was decided at issue (operands checked, mask, CTRL, FMATRIX and ND_PARA captured), as
  * the device latches them when it dispatches the instruction.
  *
+ * A retired cross-core set (ffts_cross_core_sync) does not send its message at once: it joins the core's outbox,
+ * and after each later issue one message of the outbox, picked at random, leaves with odds 1 in kSendOdds; all
+ * leave, in a random order, before a cross-core wait blocks the core (SendCrossSets) and at a drain.  So
+ * consecutive sets of one core, from one pipe or several, reach their receivers in a seeded order, as
+ * CrossCoreSetFlag's page allows (the device does not execute them in a guaranteed order); each still left
+ * only after its own pipe's earlier work, the one ordering the page does give.
+ *
  * Flags are kept twice: Core::flag in program order (the issue-time faults of emu_control.cpp) and
  * Core::landed as retirement leaves them.  A set that retires onto a landed bit is the device's lost set: a
  * HAZARD fault.  A queue whose every head waits for a flag no queued set provides is a DEADLOCK fault.
@@ -26,6 +33,7 @@ namespace {
 
 CrossSetHook g_cross_set = nullptr;
 constexpr uint32_t kRankPeriod = 64;
+constexpr uint64_t kSendOdds = 4; /* after an issue, one pending cross-core message leaves with odds 1 in 4 */
 
 uint64_t Next(uint64_t &state)
 {
@@ -60,6 +68,13 @@ void Retire(Core &core, Pending &p)
             break;
         }
         case Kind::WaitFlag: core.landed[int(p.src)][int(p.dst)][p.event] = 0; break;
+        case Kind::CrossSet:
+            if (core.in_flight_max > 0) {
+                core.outbox.push_back(std::move(p)); /* its message leaves in a seeded order (SendOne) */
+            } else if (p.body) {
+                p.body();
+            }
+            break;
         default:
             if (p.body) p.body();
             break;
@@ -102,6 +117,20 @@ void RetireOne(Core &core)
     Retire(core, p);
 }
 
+/* One pending cross-core message leaves the core: any of those pending, picked by the seed. */
+void SendOne(Core &core)
+{
+    const size_t pick = size_t(Next(core.retire_state) % uint64_t(core.outbox.size()));
+    Pending p = std::move(core.outbox[pick]);
+    core.outbox.erase(core.outbox.begin() + std::ptrdiff_t(pick));
+    if (p.body) p.body();
+}
+
+void SendAll(Core &core)
+{
+    while (!core.outbox.empty()) SendOne(core);
+}
+
 }  // namespace
 
 void SetCrossSetHook(CrossSetHook hook) { g_cross_set = hook; }
@@ -131,6 +160,7 @@ void Dispatch(Pipe pipe, Pending entry)
     const uint64_t draw = Next(core.retire_state);
     const uint64_t bound = draw % 8 == 0 ? (draw >> 8) % (uint64_t(core.in_flight_max) + 1) : core.in_flight_max;
     while (core.in_flight > bound) RetireOne(core);
+    if (!core.outbox.empty() && Next(core.retire_state) % kSendOdds == 0) SendOne(core);
 }
 
 void Execute(const Issue &issue, std::function<void()> body)
@@ -143,12 +173,14 @@ void Drain()
 {
     Core &core = Current();
     while (core.in_flight > 0) RetireOne(core);
+    SendAll(core);
 }
 
 void SendCrossSets()
 {
     Core &core = Current();
     while (core.cross_in_flight > 0) RetireOne(core);
+    SendAll(core);
 }
 
 void RetireUntilLanded(Pipe src, Pipe dst, int event)

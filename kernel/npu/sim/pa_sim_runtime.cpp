@@ -90,7 +90,8 @@ bool SignalLost()
 namespace {
 
 std::atomic<int32_t> g_droppedEdge{-1};
-std::atomic<int32_t> g_mutatedEdge[PA_SIM_MUTATIONS] = {-1, -1, -1, -1};
+std::atomic<int32_t> g_mutatedEdge[PA_SIM_MUTATIONS] = {-1, -1, -1, -1, -1, -1};
+static_assert(PA_SIM_MUTATIONS == 6, "one -1 per mutation kind above");
 
 hz::Clock SnapshotOf(int pipe) { return tctx.hz ? tctx.hz->Snapshot(pipe) : hz::Clock{}; }
 
