@@ -293,6 +293,8 @@ int32_t CurrentBlock() { return t_agent != nullptr ? int32_t(t_agent->block) : -
 
 Figures *CurrentFigures() { return t_agent != nullptr ? &t_agent->figures : nullptr; }
 
+const LaunchConfig *CurrentConfig() { return t_agent != nullptr && g_run != nullptr ? &g_run->cfg : nullptr; }
+
 std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
 {
     std::lock_guard<std::mutex> serial(g_launchMutex);

@@ -62,6 +62,7 @@ struct LaunchConfig {
     std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> watched; /* written buffers, named */
     std::vector<GmClass> classes;
     std::function<void(uint32_t block, int role)> body;   /* runs the kernel on the current core */
+    void *caller = nullptr; /* the caller's own per-launch state, reached from the cores by CurrentConfig() */
 };
 
 /* Runs one launch to its end; returns "" or the first failure's text (a fault, a HAZARD or a DEADLOCK). */
@@ -72,6 +73,8 @@ WorkItem &CurrentItem();
 /* The block of the calling core (-1 off a core thread). */
 int32_t CurrentBlock();
 Figures *CurrentFigures();
+/* The configuration of the launch the calling core thread belongs to (nullptr outside a launch). */
+const LaunchConfig *CurrentConfig();
 
 }  // namespace pa::devsim
 
