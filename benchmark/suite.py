@@ -110,10 +110,9 @@ def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backen
                                core_count=options.core_count, strategy=options.strategy)
 
     if backend is None and options.predict:  # the timing model replays the CPU-implementation build's trace
-        from launcher.backends import SimBackend
-        from launcher.library import oracle_sim_path
+        from launcher.backends import OracleSimBackend
 
-        backend = SimBackend(library=oracle_sim_path())
+        backend = OracleSimBackend()
     return PagedAttentionRunner(
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),

@@ -187,6 +187,20 @@ class SimBackend(MockBackend):
         return MOCK_CORE_COUNT if clusters is None else clusters
 
 
+class OracleSimBackend(SimBackend):
+    """The kernel on pto-isa's CPU implementations (``libpa_sim_cpu.so``): the differential tests' oracle and, where
+    asked, a source of the timing model's trace; it speaks the sim protocol but is not the device path, so it is
+    reached only by name, never as ``backend="sim"``."""
+
+    def _library_path(self) -> str | os.PathLike[str]:
+        from launcher.library import oracle_sim_path
+
+        return self._library_override or oracle_sim_path()
+
+    def _check_library(self, library: KernelLibrary) -> None:
+        return None
+
+
 def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContractError:
     """The :class:`KernelContractError` for the calling thread's last mock/sim error record."""
     from launcher import mock_api

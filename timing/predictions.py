@@ -52,13 +52,12 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
 
     ``grid`` plans that task grid instead of the planner's choice (``plan_paged_attention(grid=...)``)."""
     from launcher import PagedAttentionRunner
-    from launcher.backends import SimBackend
-    from launcher.library import oracle_sim_path
+    from launcher.backends import OracleSimBackend
 
     case = build_case(shape, "cpu")
     runner = PagedAttentionRunner(  # the trace comes from the CPU-implementation build (pa_sim_trace_*)
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
-        backend=SimBackend(library=oracle_sim_path()), out=torch.empty_like(case.query), checked=False,
+        backend=OracleSimBackend(), out=torch.empty_like(case.query), checked=False,
         core_count=core_count,
         handoff_tokens=handoff_tokens,
     )

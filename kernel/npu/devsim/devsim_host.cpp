@@ -12,6 +12,7 @@
  * mode).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -46,6 +47,8 @@ struct HostState {
     bool hasStats = false;
     pa_sim_stats stats{};
     uint64_t lastSeed = 0; /* the seed of this thread's last launch */
+    bool tracing = false;  /* pa_sim_trace_enable */
+    std::vector<pa_sim_trace_event> trace; /* the last launch's instruction stream, role stream after role stream */
     std::string errorText; /* the whole text; the record's message holds its first 255 bytes */
 };
 thread_local HostState host;
@@ -140,7 +143,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
             case PA_ARG_O: case PA_ARG_LSE: written = true; break;
             default: break;
         }
-        cfg.classes.push_back({start, start + bytes, kind});
+        cfg.classes.push_back({start, start + bytes, kind, slot});
         if (written) cfg.watched.push_back({{start, bytes}, pa_contract_slot_name(slot)});
     }
     auto *b = reinterpret_cast<uint8_t *const *>(ptr);
@@ -151,6 +154,8 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     };
     static_assert(PA_NUM_PTR_ARGS == 23, "the entry call above passes 23 pointers");
 
+    host.trace.clear();
+    if (host.tracing) cfg.trace = &host.trace;
     LaunchState launch;
     launch.numBlocks = host.config.num_blocks;
     cfg.caller = &launch;
@@ -309,6 +314,18 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
     (void)ms;
     return 0;
 }
+
+/* The instruction stream of the calling thread's later launches (devsim_trace.hpp), for the timing model. */
+void pa_sim_trace_enable(int32_t on) { host.tracing = on != 0; }
+int64_t pa_sim_trace_count(void) { return int64_t(host.trace.size()); }
+int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity)
+{
+    const int64_t n = std::min<int64_t>(capacity, int64_t(host.trace.size()));
+    if (out != nullptr && n > 0) std::memcpy(out, host.trace.data(), size_t(n) * sizeof(pa_sim_trace_event));
+    return n;
+}
+const char *pa_sim_trace_op_name(int32_t op) { return pa::devsim::TraceOpName(op); }
+int32_t pa_sim_trace_event_bytes(void) { return int32_t(sizeof(pa_sim_trace_event)); }
 
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
