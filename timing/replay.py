@@ -64,6 +64,8 @@ DEVICE_ON_CHIP_MOVES = {
     "img2colv2_cbuf_to_ca": "L1_TO_L0A", "img2colv2_cbuf_to_cb": "L1_TO_L0B", "load_cbuf_to_cb": "L1_TO_L0B",
     "create_cbuf_matrix": "L1_FILL", "create_cbuf_matrix_bf16": "L1_FILL",
 }
+#: A scalar load of a GM word (tiling words, block-table entries), in both traces.
+SCALAR_GM_READ = "scalar GM read"
 #: The device's control instructions (set_vector_mask, set_ctrl, get_block_idx, sbitset0, ...): no pipe time.
 DEVICE_CONTROL_PREFIXES = ("set_", "get_", "sbitset")
 #: Vector intrinsics priced as another of pto-isa's per-intrinsic entries (the conversions share one model; a
@@ -123,6 +125,9 @@ class Pricer:
             return Priced(cycles * self.k.vector_cost_factor * self.cycle_s)
         if op.startswith(DEVICE_CONTROL_PREFIXES):
             return Priced(0.0)  # a device control instruction (masks, CTRL, matrix and ND parameters): no pipe time
+        if op[:1].islower() and op != SCALAR_GM_READ:  # the device stream's names are lower case, tile ops not
+            raise KeyError(f"no price for the device intrinsic {op!r} on pipe {PIPES[pipe]}: add it to "
+                           "timing.replay's device tables")
         return self._price_tile_op(op, pipe, rows, cols, dtype, ev)
 
     def _gm_transfer(self, key: str, pipe: int, ev: np.void | dict) -> Priced:
@@ -147,7 +152,7 @@ class Pricer:
         if op in ("TMATMUL", "TMATMUL_ACC"):
             cycles = self.costs.matmul_cycles(rows, int(ev["k"]), cols, dtype)
             return Priced(cycles * self.k.cube_cost_factor * self.cycle_s)
-        if op == "scalar GM read":
+        if op == SCALAR_GM_READ:
             return Priced(self.k.scalar_gm_read_s)
         if op == "GetValue":
             return Priced(self.k.scalar_ub_read_s)
