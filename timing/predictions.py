@@ -26,7 +26,7 @@ from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import BANDS, DEFAULT, band_ends, prediction_text
-from timing.published import published_ifa_us
+from timing.published import published_ifa_us, published_peers_us
 from timing.replay import replay
 from workloads import bytes_model
 from workloads.cases import build_case
@@ -108,6 +108,10 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None,
         "kv_burst_bytes": [int(b) for b in bursts[np.argsort(-counts)][:3]],
     }
     assert min(row["band_us"] + [row["predicted_us"]]) >= floor_us, "a prediction beat the HBM floor (rule 4)"
+    peers = published_peers_us(shape.shape_id)
+    if peers:  # measured times of other kernels on this shape, and how many times faster the prediction is
+        row["peers_published_us"] = peers
+        row["speedup_vs_peers"] = {k: round(v / nominal.predicted_us, 3) for k, v in peers.items()}
     ifa = published_ifa_us(shape.shape_id)
     if ifa is not None:
         row["ifa_published_us"] = ifa
