@@ -278,6 +278,27 @@ def test_case_table_covers_the_required_values() -> None:
     assert len({c.name for c in CASES}) == len(CASES)
 
 
+def test_the_script_reports_a_kernel_error_as_that_cases_failure_and_goes_on(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    names = [c.name for c in CASES if not c.slow][:2]
+    failing, real_run_case = names[0], run_case
+
+    def run_or_fail(case: Case, backend: str) -> object:
+        if case.name == failing:
+            raise KernelContractError(abi.ErrorCode.BAD_BLOCK_ID, message="block id 99 outside [0, 9)")
+        return real_run_case(case, backend)
+
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "run_case", run_or_fail)
+    monkeypatch.setattr(module, "CASES", [c for c in CASES if c.name in names])
+    monkeypatch.setattr(module, "MLA_CASES", [])
+    assert main(["--backend", "mock"]) == 1
+    out = capsys.readouterr().out
+    assert "1/2 cases passed" in out, out
+    assert f"kernel error {failing}:" in out and "block id 99" in out, out
+    assert f"| {names[1]}" in out and "pass" in out, out
+
+
 def test_tolerance_follows_the_case() -> None:
     """The point of a per-case tolerance: torch's own error depends on the case (here it shrinks with the
     softmax length, as a long average of unit normals is small), so a 32K context gets the budget of a 32K
@@ -369,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = args.backend or _default_backend()
     rows, failures = [], 0
-    skipped = []
+    skipped: list[str] = []
+    errors: list[str] = []
     for case in CASES + MLA_CASES:
         if (case.slow and not args.slow) or args.keyword not in case.name:
             continue
@@ -377,7 +399,14 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             skipped.append(f"{case.name}: {reason}")
             continue
-        outcome = run_case(case, backend)
+        try:
+            outcome = run_case(case, backend)
+        except KernelContractError as error:  # that case's failure, like a wrong result: go on to the next
+            failures += 1
+            rows.append([case.name, case.describe(), "-", "-", "-", "-", "-", "FAIL"])
+            errors.append(f"{case.name}: {error}")
+            print(f"{case.name}: FAIL ({type(error).__name__})", file=sys.stderr, flush=True)
+            continue
         c = outcome.comparison
         failures += not c.passed
         rows.append([case.name, case.describe(), outcome.plan, f"{c.max_abs_error:.2e}", list(c.worst_index),
@@ -390,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows) - failures}/{len(rows)} cases passed" + (f"; {len(skipped)} skipped" if skipped else ""))
     for line in skipped:
         print(f"  skipped {line}")
+    for line in errors:
+        print(f"  kernel error {line}")
     return 1 if failures else 0
 
 

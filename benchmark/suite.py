@@ -109,11 +109,10 @@ def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backen
         return make_mla_runner(case, backend=backend if backend is not None else options.backend, checked=checked,
                                core_count=options.core_count, strategy=options.strategy)
 
-    if backend is None and options.predict:  # the timing model replays the CPU-implementation build's trace
+    if backend is None and options.predict:  # the timing model replays the device's instruction stream (sim)
         from launcher.backends import SimBackend
-        from launcher.library import oracle_sim_path
 
-        backend = SimBackend(library=oracle_sim_path())
+        backend = SimBackend()
     return PagedAttentionRunner(
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend=backend if backend is not None else options.backend, out=torch.empty_like(case.query),

@@ -6,7 +6,8 @@ builds that closure once per plan, so a launch is one Python call into ctypes pl
 one ``pa_mock_bind``.
 
 * ``mock``: ``build/lib/libpa_mock.so``, the C mock device on the CPU, bounds-checked by default.
-* ``sim``: ``build/lib/libpa_sim.so``, our NPU kernel under pto-isa's CPU simulation, same mock protocol.
+* ``sim``: ``build/lib/libpa_sim.so``, our NPU kernel's A2/A3 code on the intrinsic emulator, same mock
+  protocol; a library that does not say it is that device path (``pa_sim_device_path() == 1``) is refused.
 * ``npu``: torch_npu tensors, the current NPU stream, core count from the device; ``torch_npu`` is imported
   only when this backend is used (importing it without CANN breaks ``import torch``).  An external ATB-ABI
   kernel can be named with ``library=`` or ``$PA_KIT_NPU_LIB``.
@@ -49,8 +50,14 @@ class Backend(ABC):
     @property
     def library(self) -> KernelLibrary:
         if self._library is None:
-            self._library = load_library(self._library_path())
+            library = load_library(self._library_path())
+            self._check_library(library)
+            self._library = library
         return self._library
+
+    def _check_library(self, library: KernelLibrary) -> None:
+        """Raise if ``library`` cannot serve as this backend (the ABI itself is checked by ``load_library``)."""
+        return None
 
     def _library_path(self) -> str | os.PathLike[str]:
         return self._library_override or library_path(self.name)
@@ -149,6 +156,20 @@ class SimBackend(MockBackend):
 
     name = "sim"
 
+    def _check_library(self, library: KernelLibrary) -> None:
+        """Only the device path is ``sim``: a library that runs anything else (the mock, an old CPU-simulation
+        build) would pass every test the emulator is there to fail."""
+        probe = getattr(library.handle, "pa_sim_device_path", None)
+        if probe is None:
+            raise RuntimeError(f"{library.path} does not export pa_sim_device_path(): it is not the device-path "
+                               "simulation the sim backend runs (rebuild it with `bash compile.sh --all`)")
+        probe.restype = ctypes.c_int32
+        probe.argtypes = []
+        answer = int(probe())
+        if answer != 1:
+            raise RuntimeError(f"{library.path} reports pa_sim_device_path() = {answer}, expected 1: it is not the "
+                               "device-path simulation the sim backend runs")
+
     def max_clusters(self, device: torch.device) -> int | None:
         handle = self.library.handle
         if not hasattr(handle, "pa_sim_soc_clusters"):
@@ -164,6 +185,20 @@ class SimBackend(MockBackend):
     def core_count(self, device: torch.device) -> int:
         clusters = self.max_clusters(device)
         return MOCK_CORE_COUNT if clusters is None else clusters
+
+
+class OracleSimBackend(SimBackend):
+    """The kernel on pto-isa's CPU implementations (``libpa_sim_cpu.so``): the differential tests' oracle and, where
+    asked, a source of the timing model's trace; it speaks the sim protocol but is not the device path, so it is
+    reached only by name, never as ``backend="sim"``."""
+
+    def _library_path(self) -> str | os.PathLike[str]:
+        from launcher.library import oracle_sim_path
+
+        return self._library_override or oracle_sim_path()
+
+    def _check_library(self, library: KernelLibrary) -> None:
+        return None
 
 
 def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContractError:

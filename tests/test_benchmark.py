@@ -82,7 +82,7 @@ def test_published_set_matches_the_table() -> None:
         "b1_h32kv8_d128_ctx2k_bs128_fp16", "b1_h32kv8_d128_ctx4k_bs128_fp16", "b1_h32kv8_d128_ctx8k_bs128_fp16",
         "b1_h40kv8_d128_ctx2k_bs128_fp16", "b1_h64kv8_d128_ctx2k_bs128_fp16", "b1_h32kv32_d128_ctx2k_bs128_fp16",
         "b4_h32kv8_d128_ctx2k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16", "b16_h32kv8_d128_ctx2k_bs128_fp16",
-        "b32_h32kv8_d128_ctx2k_bs128_fp16", "b64_h32kv8_d128_ctx2k_bs128_fp16",
+        "b32_h32kv8_d128_ctx2k_bs128_fp16", "b64_h32kv8_d128_ctx2k_bs128_fp16", "b16_h40kv8_d128_ctx4k_bs128_bf16",
     ]
 
 

@@ -36,7 +36,8 @@ from launcher.library import load_library
 from tiling import abi, plan_paged_attention
 
 HEADS, KV_HEADS, DIM, BS, BLOCKS, PAGES = 8, 2, 64, 16, 10, 4
-FEATURES_EXPORT = "\n#ifdef FAKE_FEATURES\nuint32_t pa_supported_features(void) { return FAKE_FEATURES; }\n#endif\n"
+FEATURES_EXPORT = ("\n#ifdef FAKE_FEATURES\nuint32_t pa_supported_features(void) { return FAKE_FEATURES; }\n#endif\n"
+                   "#ifdef FAKE_DEVICE_PATH\nint32_t pa_sim_device_path(void) { return FAKE_DEVICE_PATH; }\n#endif\n")
 
 
 def _query(q_len: int | None, batch: int = 2) -> torch.Tensor:
@@ -191,11 +192,14 @@ def _build(directory: Path, name: str, *flags: str) -> Path:
 
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Fake kernel libraries: ours with every feature, with none (the symbol missing), with two, and ATB's."""
+    """Fake kernel libraries: ours with every feature, with none (the symbol missing), with two, and ATB's; two
+    that call themselves the sim library, one the device path and one not."""
     directory = tmp_path_factory.mktemp("fake_feature_kernels")
     return {"all": _build(directory, "libfake_all.so", "-DOURS", f"-DFAKE_FEATURES={abi.FEATURES_ALL}"),
             "none": _build(directory, "libfake_none.so", "-DOURS"),
             "window+lse": _build(directory, "libfake_wl.so", "-DOURS", "-DFAKE_FEATURES=10"),
+            "sim none": _build(directory, "libfake_sim_none.so", "-DOURS", "-DFAKE_DEVICE_PATH=1"),
+            "sim cpu": _build(directory, "libfake_sim_cpu.so", "-DOURS", "-DFAKE_DEVICE_PATH=0"),
             "external": _build(directory, "libfake_atb.so")}
 
 
@@ -231,8 +235,9 @@ def test_a_feature_the_library_lacks_is_refused_naming_backend_feature_and_remed
         fake_npu: npu.FakeNpu, fakes: dict[str, Path], options: dict[str, Any], feature: str) -> None:
     q_len, options = options.get("q_len"), {k: v for k, v in options.items() if k != "q_len"}
     expected = {
-        "sim": (SimBackend(fakes["none"]), f"the sim backend's kernel does not execute {feature} yet (the NPU kernel "
-                                           "follows in a later issue): use backend='mock'"),
+        "sim": (SimBackend(fakes["sim none"]),
+                f"the sim backend's kernel does not execute {feature} yet (the NPU kernel follows in a later issue): "
+                "use backend='mock'"),
         "npu": (npu.CpuStandInNpuBackend(fakes["none"]), "use backend='mock' with CPU tensors"),
         "external": (npu.CpuStandInNpuBackend(fakes["external"]), "external ATB-ABI kernel"),
         "old mock": (MockBackend(fakes["none"]), "rebuild it with `bash compile.sh`"),
@@ -245,6 +250,14 @@ def test_a_feature_the_library_lacks_is_refused_naming_backend_feature_and_remed
     with pytest.raises(ValueError, match="does not execute window_left, sinks yet"):  # every missing one named
         _runner(fakes["none"], window_left=1, sinks=SINKS)
     _runner(fakes["none"])  # positive control: no feature asked, none needed
+
+
+def test_the_sim_backend_refuses_a_library_that_is_not_the_device_path(fakes: dict[str, Path]) -> None:
+    assert SimBackend(fakes["sim none"]).library.path == fakes["sim none"]  # positive control
+    for name, says in (("none", "does not export pa_sim_device_path()"), ("sim cpu", "pa_sim_device_path() = 0")):
+        with pytest.raises(RuntimeError) as info:
+            _ = SimBackend(fakes[name]).library
+        assert says in str(info.value) and str(fakes[name]) in str(info.value), info.value
 
 
 def test_a_partial_library_executes_what_it_says(fake_npu: npu.FakeNpu, fakes: dict[str, Path]) -> None:

@@ -10,9 +10,11 @@ core_count the SoC cannot hold resident.  Each seed is printed (``-s`` shows it)
 from __future__ import annotations
 
 import ctypes
+import math
 import random
 import shutil
 import subprocess
+import threading
 
 import pytest
 import torch
@@ -121,6 +123,42 @@ def test_a_store_with_the_atomic_mode_a_previous_kernel_left_faults() -> None:
     finally:
         handle.pa_sim_keep_inherited_atomics(0)
     assert torch.isfinite(_run(case, SEEDS[0])).all()
+
+
+def test_launches_from_two_host_threads_keep_their_own_state() -> None:
+    """Two runners launch at once from two host threads (ctypes drops the GIL), one over 43 pages and one over 7:
+    each launch checks its block ids against its own table's bound and reports its own seed.  Before the bound
+    was per launch, the larger case could be checked against the smaller one's bound (BAD_BLOCK_ID)."""
+    cases = [_case([600], hq=4, hkv=1, d=32, bs=16, seed=1), _case([40, 25], hq=4, hkv=1, d=32, bs=32, seed=2)]
+    assert cases[0]["key_cache"].shape[0] > 40 and cases[1]["key_cache"].shape[0] < 10
+    handle = _library()
+    results: dict[int, list[tuple[torch.Tensor, int]]] = {0: [], 1: []}
+    failures: list[str] = []
+
+    def worker(i: int) -> None:
+        case = cases[i]
+        try:
+            runner = PagedAttentionRunner(case["query"], case["key_cache"], case["value_cache"],
+                                          case["block_table"], case["context_lens"], backend="sim", core_count=2)
+            for _ in range(4):
+                out = runner().clone()
+                results[i].append((out, int(handle.pa_sim_last_seed())))
+        except Exception as error:  # reported below with the thread that raised it
+            failures.append(f"thread {i}: {error}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    for i, case in enumerate(cases):
+        ref = reference(case["query"], case["key_cache"], case["value_cache"], case["block_table"],
+                        case["context_lens"].tolist(), 1.0 / math.sqrt(32))
+        assert len(results[i]) == 4
+        for out, seed in results[i]:
+            result = compare(out.double(), ref)
+            assert result.passed, f"thread {i} PA_SIM_SEED={seed}: {result.summary()}"
 
 
 def test_core_count_above_the_socs_clusters_is_refused_before_launch() -> None:

@@ -12,10 +12,10 @@ to the trace or the constants, each an upper bound of what that lever can give:
 * ``balanced cores``: every core ends when the average core ends, but not before HBM has moved the launch's
   bytes (what balanced tasks can at most recover);
 * ``no launch floor``: the device-side fixed cost gone (what a batch-1 low-latency path fights);
-* ``free rescale``: every ``TROWEXPANDMUL`` costs nothing (the update's O rescale by exp(m_old - m_new), and
-  the split-KV combine's weighting, so an over-estimate): the most AMLA's integer-add rescale (adding to the
-  FP32 exponent bits instead of a float multiply) can give; in pto-isa's A2/A3 tables the row-expand add it
-  would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles).
+* ``free rescale``: every ``TROWEXPANDMUL`` (on the device stream: every ``vmul``) costs nothing (the update's
+  O rescale by exp(m_old - m_new), and the split-KV combine's weighting, so an over-estimate): the most AMLA's
+  integer-add rescale (adding to the FP32 exponent bits instead of a float multiply) can give; in pto-isa's
+  A2/A3 tables the row-expand add it would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles).
 
 Every time is a prediction of the model in timing/, printed with its band (``timing.model.prediction_text``); the
 gains are at the nominal constants and at the pessimistic end.
@@ -43,18 +43,22 @@ DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128
 
 def long_bursts(trace: tr.Trace) -> tr.Trace:
     events = trace.events.copy()
-    load = trace.op_names.index("TLOAD")
-    kv = (events["op"] == load) & np.isin(events["slot"], KV_SLOTS)
+    kv = (events["kind"] == tr.EV_INSTR) & (events["pipe"] == tr.PIPE_MTE2) & np.isin(events["slot"], KV_SLOTS)
     events["burst_bytes"][kv] = events["bytes"][kv].astype(np.uint32)
     events["bursts"][kv] = 1
     events["gm_offset"][kv] = 0
     return tr.Trace(events, trace.op_names, trace.block_dim)
 
 
+#: What the rescale is in each record: the tile op (the CPU build's), or every vector multiply of the device
+#: stream (the O rescale's broadcast multiply, the combine's weighting and a few row-vector multiplies).
+RESCALE_OPS = ("TROWEXPANDMUL", "vmul")
+
+
 def free_rescale(trace: tr.Trace) -> tr.Trace:
-    """The trace without its TROWEXPANDMULs (the update's O rescale, the combine's weighting)."""
-    rescale = trace.op_names.index("TROWEXPANDMUL") if "TROWEXPANDMUL" in trace.op_names else -1
-    keep = ~((trace.events["kind"] == tr.EV_INSTR) & (trace.events["op"] == rescale))
+    """The trace without its rescale multiplies (the update's O rescale, the combine's weighting)."""
+    rescale = [i for i, name in enumerate(trace.op_names) if name in RESCALE_OPS]
+    keep = ~((trace.events["kind"] == tr.EV_INSTR) & np.isin(trace.events["op"], rescale))
     return tr.Trace(trace.events[keep], trace.op_names, trace.block_dim)
 
 

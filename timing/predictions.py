@@ -1,7 +1,7 @@
 """Predicted device time of every published shape, at the model's nominal constants and at both ends of its
 bands, written to ``timing/predictions.json`` (the frozen file the faster-kernel work is judged against).
 
-    python -m timing.predictions [--out timing/predictions.json] [--shapes pr]
+    python -m timing.predictions [--out timing/predictions-2026-11-28.json] [--source device|cpu]
 
 Each shape runs once in the simulation (hazard checker off: only the trace is wanted), its trace is replayed
 three times, and the checks of the calibration protocol (docs/TIMING_MODEL.md) are applied: no prediction
@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, overload
 
+import numpy as np
 import torch
 
 from tiling import PagedAttentionPlan, plan_paged_attention
@@ -25,40 +26,54 @@ from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import BANDS, DEFAULT, band_ends, prediction_text
-from timing.published import published_ifa_us
+from timing.published import published_ifa_us, published_peers_us
 from timing.replay import replay
 from workloads import bytes_model
 from workloads.cases import build_case
 from workloads.shapes import BenchShape, pr_shapes
 
-OUT = Path(__file__).resolve().parent / "predictions.json"
+#: The frozen predictions from the CPU-implementation build's trace (before 2026-11-28), and from the device's
+#: instruction stream on the emulator (docs/TIMING_MODEL.md, "The device stream").
+OUT_CPU = Path(__file__).resolve().parent / "predictions.json"
+OUT = Path(__file__).resolve().parent / "predictions-2026-11-28.json"
+TraceSource = Literal["device", "cpu"]
 #: rule 3: the best measured kernel of the paged [blocks, block_size, Hkv, D] pattern (simpler, b64 ctx 2K)
 ENVELOPE_TB_PER_S = 1.126
+#: its K/V rows: D = 128 fp16 (simpler's kernel reads one KV head's row per burst)
+ENVELOPE_KV_BURST_BYTES = 256
+#: kernel ABI slots of the K and V caches
+KV_SLOTS = (1, 2)
 
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[False] = False, grid: CoreSplit | None = None) -> tr.Trace: ...
+             with_plan: Literal[False] = False, grid: CoreSplit | None = None,
+             source: TraceSource = "device") -> tr.Trace: ...
 
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[True], grid: CoreSplit | None = None) -> tuple[tr.Trace, PagedAttentionPlan]: ...
+             with_plan: Literal[True], grid: CoreSplit | None = None,
+             source: TraceSource = "device") -> tuple[tr.Trace, PagedAttentionPlan]: ...
 
 
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: bool = False, grid: CoreSplit | None = None) -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
-    """The simulation's instruction trace of one launch of ``shape`` (and the plan it ran, if asked).
+             with_plan: bool = False, grid: CoreSplit | None = None,
+             source: TraceSource = "device") -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
+    """The instruction trace of one launch of ``shape`` (and the plan it ran, if asked).
 
-    ``grid`` plans that task grid instead of the planner's choice (``plan_paged_attention(grid=...)``)."""
+    ``source``: "device", the intrinsics the device executes, as the emulator runs the kernel's A2/A3 code
+    (``libpa_sim.so``); "cpu", the tile operations of the CPU-implementation build (``libpa_sim_cpu.so``), the
+    source of the predictions frozen before 2026-11-28.  ``grid`` plans that task grid instead of the planner's
+    choice (``plan_paged_attention(grid=...)``)."""
     from launcher import PagedAttentionRunner
-    from launcher.backends import SimBackend
-    from launcher.library import oracle_sim_path
+    from launcher.backends import OracleSimBackend, SimBackend
 
     case = build_case(shape, "cpu")
-    runner = PagedAttentionRunner(  # the trace comes from the CPU-implementation build (pa_sim_trace_*)
+    runner = PagedAttentionRunner(  # checked=False: only the trace is wanted (pa_sim_trace_*)
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
-        backend=SimBackend(library=oracle_sim_path()), out=torch.empty_like(case.query), checked=False,
+        backend=SimBackend() if source == "device" else OracleSimBackend(), out=torch.empty_like(case.query),
+        checked=False,
         core_count=core_count,
         handoff_tokens=handoff_tokens,
     )
@@ -72,10 +87,14 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
     return (trace, runner.plan) if with_plan else trace
 
 
-def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[str, Any]:
+def predict_shape(shape: BenchShape, handoff_tokens: int | None = None,
+                  source: TraceSource = "device") -> dict[str, Any]:
     costs = load_cost_tables()
-    trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens)
+    trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens, source=source)
     total_bytes = bytes_model.traffic(shape).total_bytes
+    kv = trace.events[(trace.events["kind"] == tr.EV_INSTR) & np.isin(trace.events["slot"], KV_SLOTS)
+                      & (trace.events["pipe"] == tr.PIPE_MTE2)]
+    bursts, counts = np.unique(kv["burst_bytes"], return_counts=True)
     nominal, fast, slow = (replay(trace, costs, c) for c in band_ends())
     floor_us = total_bytes / DEFAULT.hbm_peak_bytes_per_s * 1e6
     row: dict[str, Any] = {
@@ -84,8 +103,15 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
         "band_us": [round(fast.predicted_us, 2), round(slow.predicted_us, 2)],
         "predicted_tb_per_s": round(float(nominal.tb_per_s(total_bytes)), 4), "bound": nominal.bound,
         "above_envelope": bool(nominal.tb_per_s(total_bytes) > ENVELOPE_TB_PER_S),
+        # rule 3's structural reason, where a prediction is above the envelope: the envelope kernel moves 256-byte
+        # K/V rows; the K/V bursts this trace moves, most common first
+        "kv_burst_bytes": [int(b) for b in bursts[np.argsort(-counts)][:3]],
     }
     assert min(row["band_us"] + [row["predicted_us"]]) >= floor_us, "a prediction beat the HBM floor (rule 4)"
+    peers = published_peers_us(shape.shape_id)
+    if peers:  # measured times of other kernels on this shape, and how many times faster the prediction is
+        row["peers_published_us"] = peers
+        row["speedup_vs_peers"] = {k: round(v / nominal.predicted_us, 3) for k, v in peers.items()}
     ifa = published_ifa_us(shape.shape_id)
     if ifa is not None:
         row["ifa_published_us"] = ifa
@@ -97,11 +123,14 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--source", choices=("device", "cpu"), default="device",
+                   help="trace source: the device's instruction stream on the emulator (default) or the "
+                        "CPU-implementation build (how timing/predictions.json was made)")
     args = p.parse_args(argv)
     rows = []
     for shape in pr_shapes():
         start = time.perf_counter()
-        rows.append(predict_shape(shape))
+        rows.append(predict_shape(shape, source=args.source))
         r = rows[-1]
         print(f"{shape.shape_id:<36} {prediction_text(r['predicted_us'], r['band_us']):>30} "
               f"{r['bound']:<16} IFA {r.get('ifa_published_us', '-')}  ({time.perf_counter() - start:.0f} s)",
@@ -110,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         "description": "Predicted device time of the published shapes by the timing model (timing/), frozen: a "
                        "prediction, not a measurement. band_us: all constants at the optimistic and at the "
                        "pessimistic end of their bands at once (docs/TIMING_MODEL.md).",
-        "command": "python -m timing.predictions",
+        "command": f"python -m timing.predictions --source {args.source}",
+        "trace_source": {"device": "the device's instruction stream: the kernel's A2/A3 code on the intrinsic "
+                                   "emulator (libpa_sim.so)",
+                         "cpu": "the CPU-implementation build's tile operations (libpa_sim_cpu.so)"}[args.source],
         "status": "frozen: the model's constants and these predictions are fixed (docs/TIMING_MODEL.md, rule 6); "
                   "a later kernel is judged against them, a refit after device contact goes into a new file",
         "constants": asdict(DEFAULT), "bands": BANDS, "envelope_tb_per_s": ENVELOPE_TB_PER_S, "shapes": rows,

@@ -17,6 +17,12 @@ def published_records() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(PUBLISHED.read_text())["records"])
 
 
+def published_peers_us(shape_id: str) -> dict[str, float]:
+    """Every other kernel's published time for this shape (IFA's target excluded), by kernel."""
+    return {str(rec["kernel"]): float(rec["time_us"]) for rec in published_records()
+            if rec.get("shape_id") == shape_id and rec.get("role") != "target"}
+
+
 def published_ifa_us(shape_id: str) -> float | None:
     """IFA's published time for this shape (the target to beat), or None."""
     for rec in published_records():

@@ -41,6 +41,7 @@ from timing.trace import (
     PIPE_MTE2,
     PIPE_MTE3,
     PIPE_S,
+    PIPE_V,
     PIPES,
     TO_VECTORS,
     Trace,
@@ -52,6 +53,25 @@ SCRATCH_SLOTS = frozenset({14, 15, 16, 18, 19})
 TRANSFER_KEYS = {("TLOAD", PIPE_MTE2): "GM_TO_L1", ("TSTORE", PIPE_FIX): "L0C_TO_GM", ("TSTORE", PIPE_MTE3): "UB_TO_GM",
                  ("TMOV", PIPE_MTE1): "L1_TO_L0B", ("TEXTRACT", PIPE_MTE1): "L1_TO_L0A"}
 DTYPES = {2: "fp16", 4: "fp32"}
+#: The device stream's transfers (the emulator's intrinsics, ``kernel/npu/devsim/devsim_trace.hpp``): pto-isa's
+#: pipe key of each.  GM ones are priced like TLOAD/TSTORE (bytes, burst efficiency, L2 for scratch slots).
+DEVICE_GM_TRANSFERS = {
+    "copy_gm_to_cbuf_multi_nd2nz_b16": "GM_TO_L1", "copy_gm_to_ubuf_align_b16": "GM_TO_UB",
+    "copy_gm_to_ubuf_align_b32": "GM_TO_UB", "copy_ubuf_to_gm_align_b16": "UB_TO_GM",
+    "copy_ubuf_to_gm_align_b32": "UB_TO_GM", "copy_matrix_cc_to_gm": "L0C_TO_GM",
+}
+DEVICE_ON_CHIP_MOVES = {
+    "img2colv2_cbuf_to_ca": "L1_TO_L0A", "img2colv2_cbuf_to_cb": "L1_TO_L0B", "load_cbuf_to_cb": "L1_TO_L0B",
+    "create_cbuf_matrix": "L1_FILL", "create_cbuf_matrix_bf16": "L1_FILL",
+}
+#: A scalar load of a GM word (tiling words, block-table entries), in both traces.
+SCALAR_GM_READ = "scalar GM read"
+#: The device's control instructions (set_vector_mask, set_ctrl, get_block_idx, sbitset0, ...): no pipe time.
+DEVICE_CONTROL_PREFIXES = ("set_", "get_", "sbitset")
+#: Vector intrinsics priced as another of pto-isa's per-intrinsic entries (the conversions share one model; a
+#: UB -> UB copy on the V pipe is a vcopy of its 256-byte repeats).
+DEVICE_VECTOR_PROXIES = {"vconv_f162f32": "vconv", "vconv_bf162f32": "vconv", "vconv_f322f16r": "vconv",
+                         "vconv_f322bf16r": "vconv", "copy_ubuf_to_ubuf": "vcopy"}
 
 
 @dataclass(frozen=True)
@@ -88,18 +108,43 @@ class Pricer:
         op = self.op_names[ev["op"]] if ev["op"] < len(self.op_names) else "?"
         pipe, rows, cols = int(ev["pipe"]), int(ev["rows"]), int(ev["cols"])
         dtype = DTYPES.get(int(ev["elem_bytes"]), "fp32")
+        if op in DEVICE_GM_TRANSFERS:
+            return self._gm_transfer(DEVICE_GM_TRANSFERS[op], pipe, ev)
         if op in ("TLOAD", "TSTORE"):
             key = "GM_TO_UB" if op == "TLOAD" and ev["slot"] in SCRATCH_SLOTS and pipe == PIPE_MTE2 else None
-            key = key or TRANSFER_KEYS.get((op, pipe), "GM_TO_L1")
-            nbytes = int(ev["bytes"])
-            seconds = self.costs.transfer_cycles(key, nbytes) * self.cycle_s
-            if pipe == PIPE_MTE2:
-                seconds /= self.k.mte2_rate_factor
-            eff = self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
-            seconds /= eff
-            if int(ev["slot"]) in SCRATCH_SLOTS:
-                return Priced(max(seconds, nbytes / self.k.l2_bytes_per_s_per_core))
-            return Priced(seconds, hbm_bytes=nbytes, hbm_load_bytes=nbytes / eff)
+            return self._gm_transfer(key or TRANSFER_KEYS.get((op, pipe), "GM_TO_L1"), pipe, ev)
+        if op in DEVICE_ON_CHIP_MOVES:
+            return Priced(self.costs.transfer_cycles(DEVICE_ON_CHIP_MOVES[op], int(ev["bytes"])) * self.cycle_s)
+        if op == "mad":
+            cycles = self.costs.matmul_cycles(rows, int(ev["k"]), cols, "fp16")
+            return Priced(cycles * self.k.cube_cost_factor * self.cycle_s)
+        intrinsic = DEVICE_VECTOR_PROXIES.get(op, op)
+        if intrinsic in self.costs.intrinsics and pipe == PIPE_V:
+            repeats = rows if op != "copy_ubuf_to_ubuf" else -(-int(ev["bytes"]) // 256)
+            cycles = self.costs.intrinsics[intrinsic].cycles(repeats) if repeats else 0.0
+            return Priced(cycles * self.k.vector_cost_factor * self.cycle_s)
+        if op.startswith(DEVICE_CONTROL_PREFIXES):
+            return Priced(0.0)  # a device control instruction (masks, CTRL, matrix and ND parameters): no pipe time
+        if op[:1].islower() and op != SCALAR_GM_READ:  # the device stream's names are lower case, tile ops not
+            raise KeyError(f"no price for the device intrinsic {op!r} on pipe {PIPES[pipe]}: add it to "
+                           "timing.replay's device tables")
+        return self._price_tile_op(op, pipe, rows, cols, dtype, ev)
+
+    def _gm_transfer(self, key: str, pipe: int, ev: np.void | dict) -> Priced:
+        """A GM load or store: pto-isa's pipe rate over the burst's DMA efficiency; scratch and split partials
+        come from L2, everything else occupies HBM."""
+        nbytes = int(ev["bytes"])
+        seconds = self.costs.transfer_cycles(key, nbytes) * self.cycle_s
+        if pipe == PIPE_MTE2:
+            seconds /= self.k.mte2_rate_factor
+        eff = self.dma_efficiency(int(ev["burst_bytes"]), int(ev["gm_offset"]))
+        seconds /= eff
+        if int(ev["slot"]) in SCRATCH_SLOTS:
+            return Priced(max(seconds, nbytes / self.k.l2_bytes_per_s_per_core))
+        return Priced(seconds, hbm_bytes=nbytes, hbm_load_bytes=nbytes / eff)
+
+    def _price_tile_op(self, op: str, pipe: int, rows: int, cols: int, dtype: str, ev: np.void | dict) -> Priced:
+        """The CPU build's tile-level instructions (``kernel/npu/sim``'s trace)."""
         if op in ("TMOV", "TEXTRACT"):
             return Priced(self.costs.transfer_cycles(TRANSFER_KEYS[(op, PIPE_MTE1)], int(ev["bytes"])) * self.cycle_s)
         if op == "TEXPANDS_L1":
@@ -107,7 +152,7 @@ class Pricer:
         if op in ("TMATMUL", "TMATMUL_ACC"):
             cycles = self.costs.matmul_cycles(rows, int(ev["k"]), cols, dtype)
             return Priced(cycles * self.k.cube_cost_factor * self.cycle_s)
-        if op == "scalar GM read":
+        if op == SCALAR_GM_READ:
             return Priced(self.k.scalar_gm_read_s)
         if op == "GetValue":
             return Priced(self.k.scalar_ub_read_s)

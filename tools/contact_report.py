@@ -1,10 +1,11 @@
 """Measured against predicted, per published shape: the table ``tools/first_contact.py`` prints at the end.
 
 Kept apart from the device steps so that the table can be tested (and re-printed from saved files) on any
-machine: it needs only the benchmark's ``--json`` output, ``timing/predictions.json`` and
+machine: it needs only the benchmark's ``--json`` output, the newest frozen predictions
+(``timing/predictions-2026-11-28.json``, from the device's instruction stream; ``timing.predictions.OUT``) and
 ``timing/published.json``.
 
-``timing/predictions.json`` is written when the timing model is frozen (docs/TIMING_MODEL.md, rule 6). This
+The predictions are written when the timing model is frozen (docs/TIMING_MODEL.md, rule 6). This
 reader accepts its records as a list under ``"shapes"`` (what ``python -m timing.predictions`` writes),
 ``"predictions"`` or ``"records"`` of objects with ``shape_id`` and ``predicted_us`` (the band as ``band_us``
 [low, high] or ``low_us`` / ``high_us``), or as a mapping from shape id to a number or to such an object.
@@ -20,7 +21,7 @@ from typing import Any
 from tabulate import tabulate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PREDICTIONS = REPO_ROOT / "timing" / "predictions.json"
+PREDICTIONS = REPO_ROOT / "timing" / "predictions-2026-11-28.json"  # timing.predictions.OUT (a test keeps them equal)
 PUBLISHED = REPO_ROOT / "timing" / "published.json"
 PA_KIT = "pa-kit"
 IFA_KERNEL_PREFIX = "CANN IFA"

@@ -227,12 +227,15 @@ def ragged_shape(
 
 
 def pr_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
-    """The published table (hw-native-sys/simpler PRs #655/#899): fp16, D 128, pages of 128."""
+    """The published shapes: the table of hw-native-sys/simpler PRs #655/#899 (fp16, D 128, pages of 128), then
+    the shape of hw-native-sys/pypto-lib issue #622 (b16 h40/kv8 ctx 4K bf16; its page size is not stated: 128),
+    measured there for pypto's kernel and the open CCE kernel (``timing/published.json``)."""
     shapes = [uniform_shape(1, ctx, num_heads=16, seed=seed) for ctx in (2048, 4096)]
     shapes += [uniform_shape(1, ctx, seed=seed) for ctx in (2048, 4096, 8192)]
     shapes += [uniform_shape(1, 2048, num_heads=h, seed=seed) for h in (40, 64)]
     shapes.append(uniform_shape(1, 2048, num_kv_heads=32, seed=seed))
     shapes += [uniform_shape(b, 2048, seed=seed) for b in (4, 8, 16, 32, 64)]
+    shapes.append(uniform_shape(16, 4096, num_heads=40, dtype="bf16", seed=seed))
     return shapes
 
 

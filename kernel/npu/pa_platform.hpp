@@ -120,6 +120,8 @@ AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 #ifdef __CPU_SIM
     rec::GmTraffic(g.slot, index, 1, 1, 1, 1, sizeof(E), false, kTrafficOther);
     PA_RECORD(kPipeS, "scalar GM read", rec::GmShape(1, 1, sizeof(E)), {rec::Gm(g.slot, index, 1, 1, 1, sizeof(E), false)});
+#elif defined(PA_DEVICE_SIM)
+    devsim::ScalarGmRead();
 #endif
     return g.ptr[index];
 }

@@ -30,6 +30,8 @@ void SetUnit(int32_t unit);
 /* A block id the kernel is about to use: outside [0, num_blocks) ends the launch with PA_ERR_BAD_BLOCK_ID, the
  * mock's record (the device would read another sequence's pages). */
 void CheckBlockId(int64_t id, int64_t tableIndex);
+/* The kernel's scalar unit read a GM word (the trace records it: the scalar unit stalls on it). */
+void ScalarGmRead();
 
 }  // namespace pa::devsim
 

@@ -12,12 +12,14 @@
  * mode).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "../../contract/pa_contract.h"
@@ -44,6 +46,9 @@ struct HostState {
     pa_mock_error lastError{};
     bool hasStats = false;
     pa_sim_stats stats{};
+    uint64_t lastSeed = 0; /* the seed of this thread's last launch */
+    bool tracing = false;  /* pa_sim_trace_enable */
+    std::vector<pa_sim_trace_event> trace; /* the last launch's instruction stream, role stream after role stream */
     std::string errorText; /* the whole text; the record's message holds its first 255 bytes */
 };
 thread_local HostState host;
@@ -54,13 +59,26 @@ std::atomic<bool> g_keepInheritedAtomics{false};
 std::atomic<int32_t> g_shortenedSlot{-1};
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
 std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
-std::atomic<uint64_t> g_lastSeed{0};
 std::mutex g_socMutex;
-/* A failure the kernel's own checks recorded with the mock's fields (a bad block id); launches are serialised. */
-pa_mock_error g_record{};
-bool g_hasRecord = false;
-int64_t g_numBlocks = 0;
 std::string g_soc;                     /* empty: PA_SIM_SOC or 910B2 */
+
+/* What one launch's cores read and record beside the emulator: the block-table bound the kernel checks ids
+ * against, and the first failure the kernel's own checks recorded with the mock's fields (a bad block id).  It
+ * lives on the launching thread's stack and reaches the cores through LaunchConfig::caller, so two host threads
+ * launching at once never see each other's bound or record (the fault-injection switches below stay
+ * process-wide: they are test controls). */
+struct LaunchState {
+    int64_t numBlocks = 0;
+    bool hasRecord = false;
+    pa_mock_error record{};
+};
+
+LaunchState &CurrentLaunch()
+{
+    const LaunchConfig *cfg = CurrentConfig();
+    if (cfg == nullptr || cfg->caller == nullptr) throw std::logic_error("a kernel hook ran outside a launch");
+    return *static_cast<LaunchState *>(cfg->caller);
+}
 
 uint64_t NextSeed()
 {
@@ -106,7 +124,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     cfg.soc = soc.c_str();
     cfg.blockDim = blockDim;
     cfg.seed = NextSeed();
-    g_lastSeed = cfg.seed;
+    host.lastSeed = cfg.seed;
     cfg.checked = host.config.checked != 0;
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) cfg.dropSignal = std::atoll(drop);
     if (const char *init = std::getenv("PA_SIM_INITCHECK")) cfg.initcheck = std::atoi(init) != 0;
@@ -125,7 +143,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
             case PA_ARG_O: case PA_ARG_LSE: written = true; break;
             default: break;
         }
-        cfg.classes.push_back({start, start + bytes, kind});
+        cfg.classes.push_back({start, start + bytes, kind, slot});
         if (written) cfg.watched.push_back({{start, bytes}, pa_contract_slot_name(slot)});
     }
     auto *b = reinterpret_cast<uint8_t *const *>(ptr);
@@ -136,8 +154,11 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     };
     static_assert(PA_NUM_PTR_ARGS == 23, "the entry call above passes 23 pointers");
 
-    g_hasRecord = false;
-    g_numBlocks = host.config.num_blocks;
+    host.trace.clear();
+    if (host.tracing) cfg.trace = &host.trace;
+    LaunchState launch;
+    launch.numBlocks = host.config.num_blocks;
+    cfg.caller = &launch;
     Figures fig;
     const auto start = std::chrono::steady_clock::now();
     std::string error;
@@ -170,10 +191,10 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     host.hasStats = true;
 
     if (error.empty()) return PA_OK;
-    if (g_hasRecord) {
-        host.lastError = g_record;
+    if (launch.hasRecord) {
+        host.lastError = launch.record;
         host.errorText = error;
-        return g_record.code;
+        return launch.record.code;
     }
     /* the checker's reports, and the emulator's own ordering faults (a flag set twice), are hazards */
     const bool hazard = error.find("HAZARD") != std::string::npos;
@@ -207,23 +228,25 @@ void SetWorkItem(int32_t seq, int32_t head, int32_t split) { CurrentItem() = Wor
 void SetUnit(int32_t unit) { CurrentItem().unit = unit; }
 void CheckBlockId(int64_t id, int64_t tableIndex)
 {
-    if (id >= 0 && id < g_numBlocks) return;
+    LaunchState &launch = CurrentLaunch();
+    if (id >= 0 && id < launch.numBlocks) return;
     char text[200];
     std::snprintf(text, sizeof text, "block id %lld at block_tables element %lld (sequence %d) outside [0, %lld)",
                   static_cast<long long>(id), static_cast<long long>(tableIndex), CurrentItem().seq,
-                  static_cast<long long>(g_numBlocks));
-    if (!g_hasRecord) {
-        g_hasRecord = true;
-        g_record = pa_mock_error{};
-        g_record.code = PA_ERR_BAD_BLOCK_ID;
-        g_record.arg_slot = PA_ARG_BLOCK_TABLES;
-        g_record.element_offset = tableIndex;
-        g_record.extent_elems = g_numBlocks;
-        g_record.core = CurrentBlock();
-        g_record.seq = CurrentItem().seq;
-        g_record.head = CurrentItem().head;
-        g_record.split = CurrentItem().split;
-        std::snprintf(g_record.message, sizeof g_record.message, "%s", text);
+                  static_cast<long long>(launch.numBlocks));
+    if (!launch.hasRecord) { /* one core runs at a time (the scheduler's baton): no lock needed */
+        launch.hasRecord = true;
+        pa_mock_error &r = launch.record;
+        r = pa_mock_error{};
+        r.code = PA_ERR_BAD_BLOCK_ID;
+        r.arg_slot = PA_ARG_BLOCK_TABLES;
+        r.element_offset = tableIndex;
+        r.extent_elems = launch.numBlocks;
+        r.core = CurrentBlock();
+        r.seq = CurrentItem().seq;
+        r.head = CurrentItem().head;
+        r.split = CurrentItem().split;
+        std::snprintf(r.message, sizeof r.message, "%s", text);
     }
     throw std::runtime_error(text);
 }
@@ -292,6 +315,18 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
     return 0;
 }
 
+/* The instruction stream of the calling thread's later launches (devsim_trace.hpp), for the timing model. */
+void pa_sim_trace_enable(int32_t on) { host.tracing = on != 0; }
+int64_t pa_sim_trace_count(void) { return int64_t(host.trace.size()); }
+int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity)
+{
+    const int64_t n = std::min<int64_t>(capacity, int64_t(host.trace.size()));
+    if (out != nullptr && n > 0) std::memcpy(out, host.trace.data(), size_t(n) * sizeof(pa_sim_trace_event));
+    return n;
+}
+const char *pa_sim_trace_op_name(int32_t op) { return pa::devsim::TraceOpName(op); }
+int32_t pa_sim_trace_event_bytes(void) { return int32_t(sizeof(pa_sim_trace_event)); }
+
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
 void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on != 0; }
@@ -303,9 +338,10 @@ void pa_sim_mutate_sync(int32_t kind, int32_t edge)
     g_mutationEdge = edge;
 }
 
-/* The seed of later launches (negative: PA_SIM_SEED, else a fresh one per launch), and the last launch's. */
+/* The seed of later launches (negative: PA_SIM_SEED, else a fresh one per launch), and the seed of the calling
+ * thread's last launch. */
 void pa_sim_set_seed(int64_t seed) { g_seed = seed; }
-uint64_t pa_sim_last_seed(void) { return g_lastSeed; }
+uint64_t pa_sim_last_seed(void) { return host.lastSeed; }
 
 /* The SoC whose cluster count bounds residency (NULL: PA_SIM_SOC or 910B2); -1 for an unknown name. */
 int32_t pa_sim_set_soc(const char *name)

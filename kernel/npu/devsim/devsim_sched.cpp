@@ -27,6 +27,7 @@ struct Agent {
     std::deque<std::pair<uint64_t, Clock>> leaving[emu::kPipes];
     WorkItem item;
     Figures figures;
+    std::unique_ptr<TraceStream> trace; /* with LaunchConfig::trace */
     std::condition_variable turn; /* notified when the baton comes to this core (or the launch aborts) */
 };
 
@@ -230,6 +231,7 @@ void OnIssue(const emu::Issue &issue)
     Agent &a = *t_agent;
     Run &r = *g_run;
     CountFigures(a, issue, r.cfg);
+    if (a.trace) a.trace->Record(issue, r.cfg.classes);
     if (issue.kind == Kind::CrossWait && r.cfg.checked) {
         std::deque<Clock> &q = a.delivered[issue.event];
         if (!q.empty()) {
@@ -322,6 +324,13 @@ int32_t CurrentBlock() { return t_agent != nullptr ? int32_t(t_agent->block) : -
 
 Figures *CurrentFigures() { return t_agent != nullptr ? &t_agent->figures : nullptr; }
 
+void ScalarGmRead()
+{
+    if (t_agent != nullptr && t_agent->trace) t_agent->trace->RecordScalarGmRead();
+}
+
+const LaunchConfig *CurrentConfig() { return t_agent != nullptr && g_run != nullptr ? &g_run->cfg : nullptr; }
+
 std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
 {
     std::lock_guard<std::mutex> serial(g_launchMutex);
@@ -340,6 +349,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
             emu::RandomiseModeState(a->core, cfg.seed * 1315423911ull + a->index);
             emu::SetInitCheck(a->core, cfg.checked && cfg.initcheck);
             emu::SetPipeReorder(a->core, cfg.inFlight, cfg.seed * 2654435761ull + a->index);
+            if (cfg.trace != nullptr) a->trace = std::make_unique<TraceStream>(b, role);
             labels.push_back(Label(b, role));
             r.agents.push_back(std::move(a));
         }
@@ -392,6 +402,10 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
         figures.intrinsics += f.intrinsics;
         figures.switches += f.switches;
         for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);
+    }
+    if (cfg.trace != nullptr) {
+        cfg.trace->clear();
+        for (const auto &a : r.agents) cfg.trace->insert(cfg.trace->end(), a->trace->Events().begin(), a->trace->Events().end());
     }
     if (r.error.empty() && r.aborted) r.error = DeadlockText(r);
     if (r.error.empty()) r.error = TrailingCrossText(r);

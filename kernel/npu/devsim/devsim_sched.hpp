@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "devsim_hazard.hpp"
+#include "devsim_trace.hpp"
 #include "emu_core.hpp"
 #include "emu_initcheck.hpp"
 
@@ -44,10 +45,6 @@ struct Figures {
 };
 
 /* How a GM access is counted in the figures: which argument range it lies in. */
-struct GmClass {
-    uint64_t start, end;
-    int kind; /* 0 other, 1 K/V, 2 scratch, 3 split partials */
-};
 
 struct LaunchConfig {
     uint32_t blockDim = 1;
@@ -62,6 +59,8 @@ struct LaunchConfig {
     std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> watched; /* written buffers, named */
     std::vector<GmClass> classes;
     std::function<void(uint32_t block, int role)> body;   /* runs the kernel on the current core */
+    void *caller = nullptr; /* the caller's own per-launch state, reached from the cores by CurrentConfig() */
+    std::vector<pa_sim_trace_event> *trace = nullptr; /* non-null: the launch's instruction stream goes here */
 };
 
 /* Runs one launch to its end; returns "" or the first failure's text (a fault, a HAZARD or a DEADLOCK). */
@@ -72,6 +71,8 @@ WorkItem &CurrentItem();
 /* The block of the calling core (-1 off a core thread). */
 int32_t CurrentBlock();
 Figures *CurrentFigures();
+/* The configuration of the launch the calling core thread belongs to (nullptr outside a launch). */
+const LaunchConfig *CurrentConfig();
 
 }  // namespace pa::devsim
 

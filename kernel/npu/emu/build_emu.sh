@@ -110,7 +110,7 @@ for role in cube vec; do
         -fPIC -c "$NPU/pa_kernel.cpp" -o "$OBJ/sim_kernel_$role.o" || fail "the $role role does not compile for the device-path simulation"
     SIMOBJ+=("$OBJ/sim_kernel_$role.o")
 done
-for src in devsim_sched devsim_hazard devsim_host; do
+for src in devsim_sched devsim_hazard devsim_trace devsim_host; do
     run "$CXX" "${DEV[@]}" -DPA_DEVICE_SIM -O2 -g0 -fPIC "${WARN[@]}" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
         fail "devsim/$src.cpp does not compile"
     SIMOBJ+=("$OBJ/$src.o")

@@ -168,7 +168,20 @@ struct Issue {
     Pipe src = Pipe::S, dst = Pipe::S;
     int event = -1;
     uint64_t config = 0;
+    /* What the timing model prices a work instruction by (devsim's trace): a GM transfer {bursts, bytes per
+     * burst}, mad {m, k, n}, a vector instruction {repeats it executes}; 0 where not set. */
+    uint32_t shape[3] = {0, 0, 0};
 };
+/* A work instruction with its shape (Issue::shape). */
+inline Issue Work(const char *intrinsic, Pipe pipe, std::vector<Access> accesses, uint64_t s0, uint64_t s1 = 0,
+                  uint64_t s2 = 0)
+{
+    Issue issue{intrinsic, pipe, std::move(accesses)};
+    issue.shape[0] = uint32_t(s0);
+    issue.shape[1] = uint32_t(s1);
+    issue.shape[2] = uint32_t(s2);
+    return issue;
+}
 /* `count` runs of `bytes` bytes, `stride` bytes apart from `start`, as accesses (one when they are contiguous):
  * a strided transfer reports the bytes it touches, not its span, so the hazard checker sees no false overlap. */
 void AddStrided(std::vector<Access> &accesses, Space space, uint64_t start, uint64_t count, uint64_t bytes,

@@ -170,7 +170,7 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
     acc.push_back({Space::L0B, OnChipOffset(b, name, Pipe::M, "b"), kp * np * 2, false});
     if (!init) acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, false});
     acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, true});
-    Execute({name, Pipe::M, acc}, multiply);
+    Execute(Work(name, Pipe::M, acc, m, k, n), multiply);
 }
 
 }  // namespace
@@ -304,7 +304,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     }
     AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, true);
     const Taint *shadow = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(in));
-    Execute({name, Pipe::FIX, acc}, [=] {
+    Execute(Work(name, Pipe::FIX, acc, mSize, nSize * outBytes), [=] {
         Reads reads(name);
         std::vector<uint8_t> row(nSize * outBytes);
         for (uint64_t j = 0; j < mSize; ++j) {

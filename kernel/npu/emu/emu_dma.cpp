@@ -51,7 +51,7 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
                (burstBlocks + dstGap) * kBlock, true);
     const bool padded = left != 0 || right != 0;
     Taint *shadow = ShadowAt(Space::UB, out); /* the padding and dummy bytes are written too */
-    Execute({name, Pipe::MTE2, acc}, [=] {
+    Execute(Work(name, Pipe::MTE2, acc, nBurst, len), [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
             uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
             const uint8_t *from = in + i * (len + srcGap);
@@ -88,7 +88,7 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     if (atomic.op != StoreAtomicOp::None) AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, false);
     AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, true); /* an atomic store reads, then writes */
     const Taint *shadow = ShadowAt(Space::UB, in);
-    Execute({name, Pipe::MTE3, acc}, [=] {
+    Execute(Work(name, Pipe::MTE3, acc, nBurst, len), [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
             if (shadow) Reads(name).Check(Pipe::MTE3, "src", Space::UB, shadow + i * (burstBlocks + srcGap) * kBlock, len, kToGm);
             StoreWithAtomic(atomic, out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len, name,
@@ -109,7 +109,7 @@ void Fill(const char *name, void *dst, int64_t config, Value value)
     uint8_t *out = OnChip(Space::L1, dst, bytes, kBlock, name, Pipe::MTE2, "dst");
     acc.push_back({Space::L1, OnChipOffset(dst, name, Pipe::MTE2, "dst"), bytes, true});
     Taint *shadow = ShadowAt(Space::L1, out);
-    Execute({name, Pipe::MTE2, acc}, [=] {
+    Execute(Work(name, Pipe::MTE2, acc, repeat, blocks * kBlock), [=] {
         for (uint64_t r = 0; r < repeat; ++r) {
             uint8_t *run = out + r * (blocks + gap) * kBlock;
             for (uint64_t b = 0; b < blocks * kBlock; b += sizeof(Value)) std::memcpy(run + b, &value, sizeof(Value));
@@ -156,7 +156,7 @@ void copy_ubuf_to_ubuf(void *dst, void *src, u8f sid, u16f nBurstF, u16f lenF, u
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), n, len * kBlock, (len + dg) * kBlock, true);
     const Taint *shadowIn = ShadowAt(Space::UB, in);
     Taint *shadowOut = ShadowAt(Space::UB, out);
-    Execute({name, Pipe::V, acc}, [=] {
+    Execute(Work(name, Pipe::V, acc, n, len * kBlock), [=] {
         std::vector<Taint> burst(shadowIn ? len * kBlock : 0);
         for (uint64_t i = 0; i < n; ++i) {
             std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
@@ -216,7 +216,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
             AddStrided(acc, Space::L1, l1At + i * dstNd * e + k * c0 * kBlock, nValue, kBlock, nStride * kBlock, true);
         }
     }
-    Execute({name, Pipe::MTE2, acc}, move);
+    Execute(Work(name, Pipe::MTE2, acc, ndNum * nValue, dValue * e), move);
 }
 
 void create_cbuf_matrix(void *dst, int64_t config, _Float16 value) { Fill("create_cbuf_matrix", dst, config, value); }

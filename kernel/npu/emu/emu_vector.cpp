@@ -153,7 +153,7 @@ void Binary(const char *name, void *dst, void *s0, void *s1, uint32_t bytes, con
     if (dstBlock == 0 && plan.iterations) Raise(name, Pipe::V, "dstBlockStride", 0, "0 is undefined for a destination");
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, dstBlock,
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=, saturate = Saturating()] {
         Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
@@ -181,7 +181,7 @@ void Unary(const char *name, void *dst, void *src, uint32_t bytes, const u8f &re
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=, saturate = Saturating()] {
         Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
@@ -211,7 +211,7 @@ void Convert(const char *name, void *dst, void *src, bool narrowing, bool bf16, 
                            sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
     const Operand d = Bind(name, "dst", dst, dstBytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=, saturate = Saturating()] {
         Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
@@ -253,7 +253,7 @@ void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u
         acc.push_back({Space::UB, dstStart, bytes, true});
     }
     Taint *outShadow = out != nullptr ? ShadowAt(Space::UB, out) : nullptr;
-    Execute({name, Pipe::V, acc}, [=] {
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=] {
         Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             float vals[lanes];
@@ -300,7 +300,7 @@ void Brcb(const char *name, void *dst, void *src, const u16f &db, const u16f &dr
     acc.push_back({Space::UB, d0, dstBytes, true});
     const Taint *shadowIn = ShadowAt(Space::UB, in);
     Taint *shadowOut = ShadowAt(Space::UB, out);
-    Execute({name, Pipe::V, acc}, [=] {
+    Execute(Work(name, Pipe::V, acc, iterations), [=] {
         Reads reads(name);
         for (uint32_t r = 0; r < iterations; ++r) {
             for (uint32_t j = 0; j < 8; ++j) {
@@ -323,7 +323,7 @@ void Dup(const char *name, void *dst, Bits value, const u8f &repeat, const u16f 
     std::vector<Access> acc;
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
-    Execute({name, Pipe::V, acc}, [=] {
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=] {
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
                 if (!plan.On(r, i)) continue;
