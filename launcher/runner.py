@@ -170,6 +170,10 @@ class PagedAttentionRunner:
         check_supported(features, self.library, backend.name)
         self.checked, self.strategy, self.batch_invariant = checked, strategy, batch_invariant
         self.handoff_tokens = 0 if self.library.external else handoff_tokens
+        if not self.library.external:  # our kernel's field limits; an external kernel has its own
+            rules.validate_npu_kernel_fields(backend=backend.name, num_kv_heads=capacity.num_kv_heads,
+                                             head_dim=capacity.head_dim,
+                                             handoff_tokens=handoff_tokens or abi.DEFAULT_HANDOFF_TOKENS)
         self.core_count = core_count if core_count is not None else backend.core_count(capacity.device)
         clusters = backend.max_clusters(capacity.device)
         if clusters is not None and self.core_count > clusters:

@@ -22,6 +22,12 @@ DTYPES: dict[str, int] = {"fp16": 2, "bf16": 2}
 MAX_HANDOFF_TOKENS = 65536
 #: Cap on how many offending entries a message lists.
 MAX_REPORTED = 5
+#: Largest GM row pitch, in elements, the NPU kernel's loads into L1 may use on A2/A3: the ND -> Nz move
+#: (copy_gm_to_cbuf_multi_nd2nz) takes it in its 16-bit ``srcDValue``, which pto-isa's TLOAD fills from an int
+#: without a check, so a larger pitch would wrap to a smaller, legal one (kernel/npu/README.md, "Field limits").
+NPU_MAX_L1_LOAD_PITCH_ELEMS = 65535
+#: Backends that run our NPU kernel's A2/A3 code, to which its field limits apply (the mock has none of them).
+NPU_KERNEL_BACKENDS = ("sim", "npu")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -272,3 +278,27 @@ def validate_plan_options(*, strategy: object, batch_invariant: object, handoff_
     if batch_invariant and handoff_tokens not in (0, abi.DEFAULT_HANDOFF_TOKENS):
         raise ValueError(f"batch_invariant=True pins the hand-off at {abi.DEFAULT_HANDOFF_TOKENS} tokens, "
                          f"got handoff_tokens={handoff_tokens}")
+
+
+def validate_npu_kernel_fields(*, backend: str, num_kv_heads: int, head_dim: int, handoff_tokens: int) -> None:
+    """Refuse, before a launch on ``backend``, a shape or plan value our NPU kernel would put into an A2/A3
+    intrinsic field too narrow for it (kernel/npu/README.md, "Field limits": the one table of them).
+
+    Two values reach a 16-bit row pitch (``NPU_MAX_L1_LOAD_PITCH_ELEMS``): a KV cache token's ``num_kv_heads x
+    head_dim`` elements (the K and V page loads) and ``handoff_tokens`` (the cube's P load).  Every other field
+    the kernel fills from a shape is bounded by :func:`validate_shape`'s limits.  The mock executes any of them,
+    so for a backend outside ``NPU_KERNEL_BACKENDS`` nothing is checked.
+    """
+    if backend not in NPU_KERNEL_BACKENDS:
+        return
+    limit = NPU_MAX_L1_LOAD_PITCH_ELEMS
+    pitch = num_kv_heads * head_dim
+    _require(pitch <= limit,
+             f"num_kv_heads x head_dim (a KV cache token's elements, the row pitch of the NPU kernel's K and V page "
+             f"loads) must be at most {limit} on the {backend} backend (A2/A3's 16-bit srcDValue of "
+             f"copy_gm_to_cbuf_multi_nd2nz), got {num_kv_heads} x {head_dim} = {pitch}")
+    largest = limit // abi.HANDOFF_ALIGN_TOKENS * abi.HANDOFF_ALIGN_TOKENS
+    _require(handoff_tokens <= limit,
+             f"handoff_tokens (the row pitch of the NPU kernel's P load from scratch) must be at most {largest} on "
+             f"the {backend} backend (A2/A3's 16-bit srcDValue of copy_gm_to_cbuf_multi_nd2nz), got "
+             f"{handoff_tokens}")

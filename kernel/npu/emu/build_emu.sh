@@ -33,7 +33,8 @@ if [[ $rc -eq 3 ]]; then say "skipped: $PTO_SKIP"; exit 0; fi
 if [[ $rc -ne 0 ]]; then say "error: pto-isa headers could not be prepared"; exit 1; fi
 
 STAMP_FILE="$OBJ/.stamp"
-STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256";
+STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256"; echo "sanitize=${PA_SIM_SANITIZE:-1}";
+           sha256sum "$HERE/sanitize_ignore.txt";
            { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
              find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0;
              find "$NPU/devsim" "$NPU/emu_diff" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
@@ -52,7 +53,7 @@ bash "$HERE/gen_unemulated.sh" "$PTO_INC" "$OBJ/gen/emu_unemulated.hpp" || fail 
 
 BF16=(-D__STDCPP_BFLOAT16_T__=1 -isystem "$NPU/sim/shim")
 WARN=(-Wall -Wextra -Werror -Wno-unused-parameter)
-EMU_SRC=(emu_core emu_initcheck emu_pipes emu_control emu_vector emu_dma emu_cube emu_atomic emu_capi emu_numeric_rt)
+EMU_SRC=(emu_core emu_initcheck emu_pipes emu_control emu_vector emu_dma emu_cube emu_atomic emu_capi emu_numeric_rt emu_ubsan)
 say "compiling the emulator with $CXX"
 objs=()
 for src in "${EMU_SRC[@]}"; do
@@ -102,12 +103,20 @@ for diff in "$NPU"/emu_diff/diff_*.cpp; do
 done
 
 # The device-path simulation: the kernel's two roles (renamed entry points, one library), the scheduler and
-# hazard checker, the shared contract checker.
+# hazard checker, the shared contract checker.  The kernel's translation units (our code and pto-isa's A2/A3
+# headers, not the emulator's, devsim's or the system's: sanitize_ignore.txt) are built with the implicit-
+# conversion sanitizers, recoverable and without their runtime: every integer conversion that changes a value
+# (a GM row pitch narrowed to a 16-bit field) calls emu_ubsan.cpp's handler, and the launch fails naming it.
+# PA_SIM_SANITIZE=0 builds without them (to measure their cost).
+SANITIZE=(-fsanitize=implicit-integer-truncation,implicit-integer-sign-change -fsanitize-recover=all
+          "-fsanitize-ignorelist=$HERE/sanitize_ignore.txt")
+[[ "${PA_SIM_SANITIZE:-1}" == 0 ]] && SANITIZE=()
 say "device-path simulation (libpa_sim.so)"
 SIMOBJ=()
 for role in cube vec; do
     run "$CXX" "${DEV[@]}" "-D__DAV_C220_${role^^}__" -DPA_DEVICE_SIM -Dpa_decode_kernel=pa_decode_kernel_$role -O1 -g0 \
-        -fPIC -c "$NPU/pa_kernel.cpp" -o "$OBJ/sim_kernel_$role.o" || fail "the $role role does not compile for the device-path simulation"
+        "${SANITIZE[@]}" -fPIC -c "$NPU/pa_kernel.cpp" -o "$OBJ/sim_kernel_$role.o" ||
+        fail "the $role role does not compile for the device-path simulation"
     SIMOBJ+=("$OBJ/sim_kernel_$role.o")
 done
 for src in devsim_sched devsim_hazard devsim_trace devsim_host; do

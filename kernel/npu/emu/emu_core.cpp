@@ -1,5 +1,6 @@
 /* The emulated core's state, the fault path and the operand decoders (see emu_core.hpp). */
 #include "emu_core.hpp"
+#include "emu_ubsan.hpp"
 #include "emu_initcheck.hpp"
 
 #include <cinttypes>
@@ -120,10 +121,15 @@ Core &Current()
     return *g_current;
 }
 
-void SetCurrent(Core *core) { g_current = core; }
+void SetCurrent(Core *core)
+{
+    g_current = core;
+    ClearPendingConversion(); /* a conversion recorded for a core that has ended is not this one's */
+}
 
 void Raise(const char *intrinsic, Pipe pipe, const char *operand, uint64_t value, const std::string &why)
 {
+    RaisePendingConversion(); /* a wrapped value is the cause of what it fails next: name the conversion */
     char head[256];
     std::snprintf(head, sizeof head, "emu fault: %s on %s, pipe %s: %s = %" PRIu64 " (0x%" PRIx64 "): ", intrinsic,
                   CoreLabel().c_str(), PipeName(pipe), operand, value, value);
@@ -253,6 +259,7 @@ void RandomiseModeState(Core &core, uint64_t seed)
 
 void Report(const Issue &issue)
 {
+    RaisePendingConversion(); /* before the instruction that may carry the wrapped value issues */
     if (g_hook != nullptr) g_hook(issue);
 }
 

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "emu_core.hpp"
+#include "emu_ubsan.hpp"
 
 namespace pa::emu {
 namespace {
@@ -171,6 +172,7 @@ void Execute(const Issue &issue, std::function<void()> body)
 
 void Drain()
 {
+    RaisePendingConversion(); /* the kernel's end (PIPE_ALL and the core's last drain) */
     Core &core = Current();
     while (core.in_flight > 0) RetireOne(core);
     SendAll(core);
