@@ -71,6 +71,7 @@ struct Core {
     bool fmatrix_set = false, fmatrix_b_set = false;
     uint64_t nd_para = 0;                  /* set_nd_para */
     bool nd_para_set = false;
+    bool check_mad_inputs = true;          /* mad faults on a non-finite operand element (emu_cube.cpp) */
     uint8_t flag[kPipes][kPipes][kEvents] = {};
     uint8_t cross[kCrossFlags] = {};
     uint64_t ffts_base = 0;
