@@ -152,6 +152,11 @@ struct HeadPath {
             QMat qMat(m, d);
             Assign(qMat, kL1Q);
             WaitFlag(kQL1Free);
+            if (m % kBlockRows == 1) { /* the last row block has one row: TMATMUL multiplies 16 (CubeTiles) */
+                QMat whole(QMat::Rows, QMat::Cols);
+                Assign(whole, kL1Q);
+                ZeroL1(whole, kFillOperand);
+            }
             LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
             Handoff(kQLoaded);
             WaitFlag(kQLeftFree);
@@ -167,6 +172,11 @@ struct HeadPath {
                 Assign(op.kMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(op.kRight, b * kL0bBytes);
                 WaitFlag(KvL1Free(b));
+                if (pc.len < uint32_t(kSub)) { /* K^T's columns past len are multiplied (CubeTiles): zero them */
+                    KMat whole(KMat::Rows, KMat::Cols);
+                    Assign(whole, kL1Kv0 + b * kL1KvBytes);
+                    ZeroL1(whole, kFillOperand);
+                }
                 LoadDn(kMat, st.k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
                 Handoff(KvLoaded(b));
                 WaitFlag(L0Free(b));
@@ -190,7 +200,8 @@ struct HeadPath {
     /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  P comes into L1 in
      * windows of kPieceTokens columns (a hand-off may be longer).  The device multiplies the inner (token)
      * length rounded up to 16, so a window whose length is not a multiple of 16 zeroes P's L1 buffer and a
-     * ragged sub-tile V's first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
+     * ragged sub-tile V's first: padding times padding must be 0, not stale data (NaN x 0 = NaN).  P is zeroed
+     * too when its last row block has one row, V when D is below DCap (CubeTiles). */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
@@ -204,10 +215,10 @@ struct HeadPath {
                 PMat pMat(m, wl);
                 Assign(pMat, kL1P);
                 WaitFlag(kPL1Free);
-                if (wl % 16 != 0) { /* MTE2, before the load on the same in-order pipe */
+                if (wl % 16 != 0 || m % kBlockRows == 1) { /* MTE2, before the load on the same in-order pipe */
                     PMat whole(kCubeRows, PMat::Cols);
                     Assign(whole, kL1P);
-                    ZeroL1(whole);
+                    ZeroL1(whole, FillKind(wl % 16 != 0, m % kBlockRows == 1));
                 }
                 LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
                        st.t.handoff, kTrafficScratch);
@@ -222,10 +233,10 @@ struct HeadPath {
                     Assign(op.vMat, kL1Kv0 + b * kL1KvBytes);
                     Assign(op.vRight, b * kL0bBytes);
                     WaitFlag(KvL1Free(b));
-                    if (pc.len % 16 != 0) {
+                    if (pc.len % 16 != 0 || d < uint32_t(DCap)) { /* V's columns past d: CubeTiles */
                         VMat whole(VMat::Rows, VMat::Cols);
                         Assign(whole, kL1Kv0 + b * kL1KvBytes);
-                        ZeroL1(whole);
+                        ZeroL1(whole, FillKind(pc.len % 16 != 0, d < uint32_t(DCap)));
                     }
                     LoadNd(vMat, st.v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d,
                            kTrafficKv);

@@ -33,9 +33,14 @@ struct CubeTiles {
      * static columns while TMATMUL hands mad the valid n, and mad steps over ceil(n / 16) fractals per 16-row
      * block of B: a right operand narrower than its tile multiplies the wrong elements (kernel/npu/emu/
      * SEMANTICS.md, defect 2; the CPU implementation does not show it).  So the right operand and the
-     * accumulator of every matmul are valid over all their static columns, and only the valid ones are stored:
-     * the columns past them are computed from whatever the L1 buffer holds there (stale or hostile, never
-     * read back as a result).  The inner length stays the valid one (k: the padding rules of ZeroL1). */
+     * accumulator of every matmul are valid over all their static columns, and only the valid ones are stored.
+     * mad reads every element it multiplies, and a NaN or inf among them may raise an AI Core error (Mmad.md;
+     * the emulator faults), so the columns past the valid ones hold zeros, never stale or hostile data: a piece
+     * shorter than Tok zeroes its K^T buffer before the load, a head dim below DCap the V buffer (both on MTE2,
+     * in order with the load, as ZeroL1 does for ragged tails).  pto-isa's TMATMUL passes m = 16 for m = 1
+     * (avoiding the GEMV form), so a left operand of one row has rows 1-15 multiplied too: its Q or P L1 tile
+     * is zeroed before the load (with groups of one q head, once at core start: ChunkPath::ZeroRowsPastOne).
+     * The inner length stays the valid one (k: the padding rules of ZeroL1). */
     struct QkOperands {
         KMat kMat;     /* K^T of the piece in L1, moved whole (d x Tok) */
         KRight kRight; /* d x Tok */

@@ -15,8 +15,8 @@ namespace pa::devsim {
 bool EdgeDropped(int edge);
 /* Edge `edge` carries mutation `kind` (PA_SIM_MUTATE_*, pa_sim_mutate_sync). */
 bool Mutated(int edge, int kind);
-/* Negative control of the padding the cube multiplies: the kernel's zero fills of L1 padding are skipped. */
-bool SkipZeroPadding();
+/* Negative control of the kernel's L1 zero fills: the fills of kind `kind` (pa::ZeroFill) are skipped. */
+bool SkipZeroFill(int kind);
 /* One event of the figures (pa::Counter). */
 void Count(int counter);
 /* The logical work item the calling core is on, for reports. */

@@ -8,7 +8,8 @@
  * Controls: PA_SIM_SEED (a launch's seed; unset: a fresh one per launch, reported with every failure and by
  * pa_sim_last_seed), PA_SIM_SOC (910B1..910B4, A3; default 910B2), PA_SIM_SWITCH_EVERY (mean intrinsics between
  * baton passes, default 16), PA_SIM_IN_FLIGHT (instructions a core's pipes hold before retiring, default 256; 0
- * retires in program order).  The same through pa_sim_set_seed / pa_sim_set_soc.
+ * retires in program order), PA_SIM_MAD_INPUT_CHECK (0 turns off the fault on a non-finite mad operand element, for
+ * experiments; default on).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
 #include <chrono>
@@ -48,7 +49,7 @@ struct HostState {
 thread_local HostState host;
 
 std::atomic<int32_t> g_droppedEdge{-1};
-std::atomic<bool> g_skipZeroPadding{false};
+std::atomic<int32_t> g_skipZeroPadding{0}; /* pa_sim_skip_zero_padding: a mask of pa::ZeroFill kinds */
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
 std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
 std::atomic<uint64_t> g_lastSeed{0};
@@ -108,6 +109,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) cfg.dropSignal = std::atoll(drop);
     if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
     if (const char *depth = std::getenv("PA_SIM_IN_FLIGHT")) cfg.inFlight = uint32_t(std::max(0, std::atoi(depth)));
+    if (const char *mad = std::getenv("PA_SIM_MAD_INPUT_CHECK")) cfg.checkMadInputs = std::strcmp(mad, "0") != 0;
     for (int slot = 0; slot < PA_NUM_PTR_ARGS; ++slot) {
         const uint64_t start = reinterpret_cast<uint64_t>(ptr[slot]), bytes = host.config.extent_bytes[slot];
         if (start == 0 || bytes == 0) continue;
@@ -171,14 +173,17 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     }
     /* the checker's reports, and the emulator's own ordering faults (a flag set twice), are hazards */
     const bool hazard = error.find("HAZARD") != std::string::npos;
-    SetError(hazard ? PA_ERR_HAZARD : PA_ERR_INTERNAL, error);
+    /* mad's operand check (emu_cube.cpp): a non-finite Q, K or V reached the cube, as the mock's NON_FINITE */
+    const bool nonFinite =
+        error.find("mad on ") != std::string::npos && error.find("non-finite element") != std::string::npos;
+    SetError(hazard ? PA_ERR_HAZARD : nonFinite ? PA_ERR_NON_FINITE : PA_ERR_INTERNAL, error);
     return host.lastError.code;
 }
 
 }  // namespace
 
 namespace pa::devsim {
-bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
+bool SkipZeroFill(int kind) { return (g_skipZeroPadding.load(std::memory_order_relaxed) & kind) == kind; }
 bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
 bool Mutated(int edge, int kind) { return g_mutationKind == kind && g_mutationEdge == edge; }
 void Count(int counter)
@@ -281,7 +286,7 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
 
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
-void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on != 0; }
+void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on; }
 void pa_sim_mutate_sync(int32_t kind, int32_t edge)
 {
     g_mutationKind = kind;

@@ -310,6 +310,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
                                     cfg.seed);
             emu::RandomiseModeState(a->core, cfg.seed * 1315423911ull + a->index);
             emu::SetPipeReorder(a->core, cfg.inFlight, cfg.seed * 2654435761ull + a->index);
+            a->core.check_mad_inputs = cfg.checkMadInputs;
             labels.push_back(Label(b, role));
             r.agents.push_back(std::move(a));
         }
