@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Build pa-kit's kernel libraries into build/lib/ and say what was built, skipped or failed, and why.
 #
-#   bash compile.sh            build what is out of date (idempotent: unchanged sources are not rebuilt)
+#   bash compile.sh            build what the mock backend needs (mock device, planner helper, run() checks) and
+#                              the NPU library where CANN is found, and keep every clang part already built up to
+#                              date; on a fresh clone the clang parts are not built (say so, and how) - the
+#                              accuracy suite's first result does not wait for them (idempotent: unchanged
+#                              sources are not rebuilt)
+#   bash compile.sh --all      also build the clang parts (sim backend, emulator, A2/A3 check) on a fresh clone:
+#                              what the `sim` tests need; CI builds with --all
 #   bash compile.sh --setup    first install what the project needs (torch if no torch imports, then
 #                              `pip install -e ".[test,bench]"`), then build; torch comes from
 #                              $PA_KIT_TORCH_INDEX_URL when set (the CPU build:
@@ -20,12 +26,16 @@
 #   libpa_plan.so  the planner's balancer placement in C (tiling/csrc/pa_balance.c; optional, numpy fallback)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
 #                  (launcher/run_check/); without it run() keeps its Python checks (slower, same answers)
+#   build/aarch64/  on x86-64 hosts with Debian's aarch64 cross compiler (installed when root): the mock, its
+#                  launch replayer and the planner's helper for aarch64, which tests run under qemu-user
+#                  (kernel/mock/cross/build_aarch64.sh; the run() check is compile-checked only)
 #   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
 #                 the coverage list, the differential harnesses against pto-isa's CPU implementations, and
 #                 libpa_sim.so)
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
+# The clang parts are libpa_sim_cpu.so, libpa_emu.so with libpa_sim.so, and the A2/A3 check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,11 +48,13 @@ TORCH_PIN="torch==2.13.0"
 MOCK_CFLAGS=(-O3 -fPIC -shared -std=gnu11 -Wall -Wextra -ffp-contract=off -fno-math-errno
              -fvisibility=hidden -pthread)
 MOCK_LIBS=(-lm)
+PLAN_CFLAGS=(-O2 -fPIC -shared -std=c11 -Wall -Wextra -Werror -ffp-contract=off)
 
 SUMMARY=()
 STATUS=0
 
 say() { printf 'compile.sh: %s\n' "$*"; }
+host_arch() { uname -m; }
 record() { SUMMARY+=("$1"); say "$1"; }
 
 python_bin() {
@@ -114,6 +126,10 @@ build_mock() {
         mv -f "$tmp" "$out"  # atomic: a process that has the old library mapped keeps a valid file
         echo "$stamp" >"$stamp_file"
         record "mock device: built build/lib/libpa_mock.so ($CC ${MOCK_CFLAGS[*]})"
+        if [[ "$(host_arch)" == aarch64 ]]; then
+            record "mock device: aarch64 host: the x86 SIMD paths (AVX2, AVX-512, AVX512-BF16, AMX) skipped; \
+the NEON and portable paths built"
+        fi
     else
         rm -f "$tmp"
         record "mock device: FAILED (gcc error above)"
@@ -147,12 +163,30 @@ build_plan() {
         return
     fi
     mkdir -p "$LIB_DIR"
-    if "$CC" -O2 -fPIC -shared -std=c11 -Wall -Wextra -Werror -ffp-contract=off "$src" -o "$out.tmp" -lm; then
+    if "$CC" "${PLAN_CFLAGS[@]}" "$src" -o "$out.tmp" -lm; then
         mv "$out.tmp" "$out"
         record "planner helper: built build/lib/libpa_plan.so"
     else
         record "planner helper: FAILED (tiling/csrc/pa_balance.c does not compile)"
         STATUS=1
+    fi
+}
+
+# The host side for aarch64, cross-built on x86-64 for the tests that run it under qemu-user; an aarch64 host
+# builds and tests it natively instead.
+build_aarch64_cross() {
+    local out rc=0
+    if [[ "$(host_arch)" != x86_64 ]]; then
+        record "aarch64 cross build: skipped (this host is $(host_arch), not x86-64; an aarch64 host tests its own build)"
+        return
+    fi
+    out="$(FORCE="${FORCE:-}" bash "$ROOT/kernel/mock/cross/build_aarch64.sh" "$BUILD_DIR" 2>&1)" || rc=$?
+    if [[ $rc -ne 0 && $rc -ne 3 ]]; then
+        printf '%s\n' "$out"
+        record "aarch64 cross build: FAILED (kernel/mock/cross/build_aarch64.sh exited $rc)"
+        STATUS=1
+    else
+        record "$(printf '%s\n' "$out" | tail -n 1)"
     fi
 }
 
@@ -222,6 +256,28 @@ build_run_check() {
     fi
 }
 
+# The clang parts (libpa_sim_cpu.so, the emulator and libpa_sim.so, the A2/A3 check): with --all, or once any
+# of them is in build/lib (then kept up to date: a stale sim library must never be what the tests load).
+clang_parts_wanted() {
+    [[ -n "${BUILD_ALL:-}" ]] && return 0
+    local lib
+    for lib in libpa_sim_cpu.so libpa_emu.so libpa_sim.so libpa_a2a3_cube.so libpa_a2a3_vec.so; do
+        [[ -f "$LIB_DIR/$lib" ]] && return 0
+    done
+    return 1
+}
+
+build_clang_parts() {
+    if ! clang_parts_wanted; then
+        record "clang parts (sim backend, emulator, A2/A3 check): not built (fresh build/; the mock needs none of \
+them): bash compile.sh --all builds them, and later plain runs keep them up to date"
+        return
+    fi
+    build_sim
+    build_emu
+    check_a2a3
+}
+
 main() {
     local do_setup="" arg
     for arg in "$@"; do
@@ -233,12 +289,13 @@ main() {
                 return 0
                 ;;
             --force) FORCE=1 ;;
+            --all) BUILD_ALL=1 ;;
             -h | --help)
-                sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+                awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
                 return 0
                 ;;
             *)
-                say "unknown option $arg (use --setup, --clean, --force or --help)"
+                say "unknown option $arg (use --setup, --all, --clean, --force or --help)"
                 return 2
                 ;;
         esac
@@ -250,10 +307,15 @@ main() {
     build_mock
     build_plan
     build_run_check
-    build_sim
-    build_emu
-    check_a2a3
     build_npu
+    build_clang_parts
+    # the aarch64 cross build (and its apt installs) only where the clang parts are wanted: a fresh plain build
+    # stays the mock's fast path
+    if clang_parts_wanted; then
+        build_aarch64_cross
+    else
+        record "aarch64 cross build: skipped (built with --all, as CI does, or once the clang parts are present)"
+    fi
     say "summary:"
     printf '  %s\n' "${SUMMARY[@]}"
     return "$STATUS"

@@ -126,7 +126,8 @@ def run_loop(engine: Engine, steps: int, backend: str = "mock", check: bool = Fa
         sizes.append(len(lens))
         for layer in range(engine.layers):
             query = torch.randn(len(lens), engine.num_heads, engine.head_dim, generator=engine.gen).to(engine.dtype)
-            out = runner.run(query, engine.keys[layer], engine.values[layer])  # once per layer
+            # once per layer, into the layer's own output (the default one is shared by every layer)
+            out = runner.run(query, engine.keys[layer], engine.values[layer], out=torch.empty_like(query))
             if check:
                 ref = reference(query, engine.keys[layer], engine.values[layer], table, lens, runner.scale)
                 result = compare(out, ref)

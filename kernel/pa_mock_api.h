@@ -30,11 +30,11 @@
 #include <stdint.h>
 #include "pa_kernel_abi.h"
 
-/* SIMD paths of the mock's arithmetic.  The exact paths (portable, AVX2, AVX-512) give bitwise-identical results
- * (same operation order, fused multiply-adds everywhere), so tests can compare them.  The native paths use the
+/* SIMD paths of the mock's arithmetic.  The exact paths (portable, AVX2, AVX-512, NEON) give bitwise-identical
+ * results (same operation order, fused multiply-adds everywhere), so tests can compare them.  The native paths use the
  * CPU's own bf16 units (AVX512-BF16 dot products, AMX tile products) for bf16 launches and sum in the hardware's
  * order: as accurate, not the same bits.  AUTO picks AMX where present, then AVX512-BF16 on AMD CPUs (where its dot
- * products run at the FMA's instruction rate), else the widest exact path (pa_math_best_isa in
+ * products run at the FMA's instruction rate), else the widest exact path (NEON on aarch64; pa_math_best_isa in
  * mock/mock_dispatch.c; kernel/mock/PERFORMANCE.md steps 22, 23 and 27). */
 #define PA_MOCK_ISA_AUTO 0
 #define PA_MOCK_ISA_PORTABLE 1
@@ -42,7 +42,8 @@
 #define PA_MOCK_ISA_AVX512 3     /* AVX-512 F + BW + VL                                                 */
 #define PA_MOCK_ISA_AVX512BF16 4 /* native: AVX-512 + AVX512-BF16 dot products for bf16 Q.K and P.V     */
 #define PA_MOCK_ISA_AMX 5        /* native: AVX-512 + AMX-BF16 tile products for bf16 Q.K and P.V          */
-#define PA_MOCK_NUM_ISAS 6
+#define PA_MOCK_ISA_NEON 6       /* aarch64 AdvSIMD (exact; fp16 converted natively, bf16 widened)         */
+#define PA_MOCK_NUM_ISAS 7
 
 typedef struct pa_mock_config {
     uint64_t extent_bytes[PA_NUM_PTR_ARGS]; /* bytes behind each pointer slot; 0 for a NULL slot         */

@@ -9,10 +9,11 @@ import os
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from launcher.errors import KernelContractError
+from launcher.errors import DefaultOutputReusedWarning, KernelContractError
 from launcher.functional import paged_attention
+from launcher.merge import merge_by_lse
 from launcher.mla import MlaPagedAttentionRunner, mla_paged_attention
 from launcher.runner import PagedAttentionRunner
 
-__all__ = ["KernelContractError", "MlaPagedAttentionRunner", "PagedAttentionRunner", "mla_paged_attention",
-           "paged_attention"]
+__all__ = ["DefaultOutputReusedWarning", "KernelContractError", "MlaPagedAttentionRunner", "PagedAttentionRunner",
+           "merge_by_lse", "mla_paged_attention", "paged_attention"]

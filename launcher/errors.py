@@ -84,3 +84,9 @@ def _known(enum: type, value: int | None) -> object:
         return enum(value)
     except ValueError:
         return value
+
+
+class DefaultOutputReusedWarning(UserWarning):
+    """A second ``run()`` of one decode step wrote the runner's default output again, so the tensor the first
+    returned now holds the second's result.  An engine that keeps each layer's output passes ``out=`` per layer
+    (docs/API.md, "The default output"); the warning is given once per runner."""

@@ -80,7 +80,8 @@ def load_library(path: str | os.PathLike[str]) -> KernelLibrary:
     if not resolved.is_file():
         current = os.environ.get(LIB_DIR_ENV) or f"unset, default {DEFAULT_LIB_DIR}"
         raise KernelLibraryNotFoundError(
-            f"kernel library not found: {resolved}. Build it with `bash compile.sh` in the pa-kit checkout, "
+            f"kernel library not found: {resolved}. Build it with `bash compile.sh` in the pa-kit checkout "
+            f"(`bash compile.sh --all` for the sim backend's and the emulator's, which a fresh build/ leaves out), "
             f"or set {LIB_DIR_ENV} to a directory that holds it ({LIB_DIR_ENV}: {current})."
         )
     return _load_resolved(str(resolved))

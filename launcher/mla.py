@@ -96,7 +96,9 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
         out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Launch this step's plan on one layer's absorbed query, its rope part and the layer's two caches;
-        returns ``out`` (default: this step's rows of ``runner.out``) or ``(out, lse)`` with ``return_lse``.
+        returns ``out`` or ``(out, lse)`` with ``return_lse``.  Pass ``out=`` (and ``lse=``) per layer: without
+        them every layer writes the runner's one default output (``runner.out``), as
+        :meth:`PagedAttentionRunner.run` says, and a second such run in one step warns.
         Checked as :meth:`PagedAttentionRunner.run` checks its tensors, before anything is launched; nothing is
         planned, allocated or copied to the host here."""
         return self._run(query, kv_cache, kv_cache, out, lse, None, (query_rope, kv_rope_cache))

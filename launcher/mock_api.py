@@ -31,10 +31,11 @@ class Isa(IntEnum):
     AVX512 = 3
     AVX512BF16 = 4
     AMX = 5
+    NEON = 6  # aarch64 AdvSIMD
 
 
 #: The paths that compute the same bits (portable order, fused multiply-adds).
-EXACT_ISAS = (Isa.PORTABLE, Isa.AVX2, Isa.AVX512)
+EXACT_ISAS = (Isa.PORTABLE, Isa.AVX2, Isa.AVX512, Isa.NEON)
 
 
 class MockConfig(ctypes.Structure):

@@ -66,13 +66,20 @@ class RunExpect:
 
 
 def check_run_tensor(tensor: object, name: str, shape: torch.Size, expect: RunExpect,
-                     dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``tensor`` has the planned ``shape``, ``dtype`` (default: the query's), device, and dense strides."""
+                     dtype: torch.dtype | None = None, *, batched: bool = False) -> torch.Tensor:
+    """``tensor`` has the planned ``shape``, ``dtype`` (default: the query's), device, and dense strides.
+
+    ``batched``: the first dim is the step's batch (query, out, lse, query_rope).  A shape error suggests
+    ``runner.update()`` only when that dim alone differs: for a cache, the sinks, or another dim of a batched
+    tensor, a new plan would not help, and the hint would send the caller the wrong way."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.shape != shape:
-        raise ValueError(f"{name} shape must be the planned {tuple(shape)}, got {tuple(tensor.shape)}; "
-                         "a new batch size needs runner.update() first")
+        got = tuple(tensor.shape)
+        batch_only = batched and len(got) == len(shape) and got[1:] == tuple(shape[1:])
+        hint = (f"; this step was planned for {shape[0]} sequences: a step of {got[0]} needs runner.update() "
+                f"first") if batch_only else ""
+        raise ValueError(f"{name} shape must be the planned {tuple(shape)}, got {got}{hint}")
     want = expect.dtype if dtype is None else dtype
     if tensor.dtype != want:
         raise TypeError(f"{name} dtype must be the planned {want}, got {tensor.dtype}")
@@ -96,10 +103,10 @@ def _refuse_overlap(written: str, start: int, nbytes: int, spans: dict[str, tupl
 def check_run(expect: RunExpect, args: list[Any], query: object, key_cache: object, value_cache: object,
               out: object, lse: object = None, sinks: object = None) -> None:
     """All of run()'s checks; on success the data pointers are written into ``args``."""
-    q = check_run_tensor(query, "query", expect.query_shape, expect)
+    q = check_run_tensor(query, "query", expect.query_shape, expect, batched=True)
     k = check_run_tensor(key_cache, "key_cache", expect.cache_shape, expect)
     v = check_run_tensor(value_cache, "value_cache", expect.cache_shape, expect)
-    o = check_run_tensor(out, "out", expect.query_shape, expect)
+    o = check_run_tensor(out, "out", expect.query_shape, expect, batched=True)
     pq, pk, pv, po = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     spans = {"query": (pq, pq + expect.query_bytes), "key_cache": (pk, pk + expect.cache_bytes),
              "value_cache": (pv, pv + expect.cache_bytes), "block_table": (expect.table_start, expect.table_end)}
@@ -145,7 +152,7 @@ def check_features(expect: RunExpect, args: list[Any], lse: object, sinks: objec
         spans["sinks"] = sinks_span
         args[_FIRST + ArgSlot.SINKS] = ps
     if expect.lse_shape is not None:
-        lse_tensor = check_run_tensor(lse, "lse", expect.lse_shape, expect, torch.float32)
+        lse_tensor = check_run_tensor(lse, "lse", expect.lse_shape, expect, torch.float32, batched=True)
         pl, lse_bytes = lse_tensor.data_ptr(), lse_tensor.numel() * lse_tensor.element_size()
         if lse_bytes:
             if not pl:
@@ -160,7 +167,7 @@ def check_rope(expect: RunExpect, args: list[Any], query_rope: object, kv_rope_c
     the query's dtype and device, dense, and no byte shared with the buffers the kernel writes; on success their
     pointers are written into ``args``."""
     assert expect.rope_query_shape is not None and expect.rope_cache_shape is not None
-    qr = check_run_tensor(query_rope, "query_rope", expect.rope_query_shape, expect)
+    qr = check_run_tensor(query_rope, "query_rope", expect.rope_query_shape, expect, batched=True)
     kr = check_run_tensor(kv_rope_cache, "kv_rope_cache", expect.rope_cache_shape, expect)
     pqr, pkr = qr.data_ptr(), kr.data_ptr()
     if not pkr or (qr.numel() and not pqr):

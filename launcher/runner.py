@@ -17,6 +17,7 @@ buffers (``staging``), the checks (``run_guard``, ``validation``) and MLA (``mla
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 
 from launcher import run_check, validation
 from launcher.backends import Backend, Launch, get_backend
+from launcher.errors import DefaultOutputReusedWarning
 from launcher.features import DecodeFeatures, check_sinks, check_supported, decode_features
 from launcher.run_guard import FIRST_POINTER_ARG, RunExpect, check_features, check_rope, check_run
 from launcher.staging import Capacity, DeviceState, with_batch
@@ -182,6 +184,7 @@ class PagedAttentionRunner:
         self.kv_rope_cache: torch.Tensor | None = None
         self.plan: PagedAttentionPlan | None = None
         self._fast = run_check.load()
+        self._default_out_warned = False
 
     # ---- planning (once per decode step, off the launch path) ----------------------------------------------
     def update(self, context_lens: torch.Tensor | Sequence[int], block_table: torch.Tensor | None = None) -> None:
@@ -243,6 +246,7 @@ class PagedAttentionRunner:
 
     def _step_rows(self, batch: int) -> None:
         self.batch = batch
+        self._default_out_taken = False  # whether a run() of this step has written the default output
         full = self._device.out
         self.out = full if batch == full.shape[0] else full[:batch]
         lse = self._device.lse
@@ -324,9 +328,13 @@ class PagedAttentionRunner:
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
             sinks: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Launch this step's plan on one layer's ``query`` ``[b, (q_len,) num_heads, head_dim]`` and caches;
-        returns ``out`` (default: this step's rows of the runner's output, ``runner.out``), or ``(out, lse)``
-        with ``return_lse`` (``lse`` default: this step's rows of ``runner.lse``; a given one is float32
+        returns ``out``, or ``(out, lse)`` with ``return_lse`` (a given ``lse`` is float32
         ``[b, (q_len,) num_heads]``).  ``sinks`` (default: the runner's) must have the planned dtype.
+
+        **Pass ``out=`` (and ``lse=``) per layer.**  Without them the result is written into the runner's one
+        default output (this step's rows of ``runner.out`` / ``runner.lse``), shared by every layer: the next
+        ``run`` overwrites it.  A second such ``run`` in one step warns (:class:`DefaultOutputReusedWarning`,
+        once per runner).
 
         The tensors must have the step's shapes, the runner's dtype and device, be contiguous, and ``out`` and
         ``lse`` must share no memory with the inputs, the block table or each other; a violation raises
@@ -339,6 +347,7 @@ class PagedAttentionRunner:
              lse: torch.Tensor | None, sinks: torch.Tensor | None,
              rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """run()'s checks and launch; ``rope`` is MLA's (query_rope, kv_rope_cache), None otherwise."""
+        default_out = out is None
         if out is None:
             out = self.out
         if lse is None:
@@ -355,11 +364,28 @@ class PagedAttentionRunner:
         result = out if lse is None else (out, lse)
         if self.plan is None:
             return result
+        if default_out:  # counted only for a launch: a refused call wrote nothing
+            if self._default_out_taken:
+                self._warn_default_out_reused()
+            self._default_out_taken = True
         if self._zero_state is not None:
             self._zero_state()
         self._run_launch()
         self._zero_empty(out)
         return result
+
+    def _warn_default_out_reused(self) -> None:
+        """Once per runner: a second run() of this step wrote the default output over the first's result (the
+        tensor the first returned).  A warning, not an error: a loop that consumes each result before the next
+        run() is correct, but one that keeps a list of per-layer outputs would hold N copies of the last."""
+        if self._default_out_warned:
+            return
+        self._default_out_warned = True
+        warnings.warn(
+            "run() without out= wrote the runner's default output a second time this step: the tensor the previous "
+            "run() returned now holds this call's result.  Pass out= (and lse=) per layer, e.g. "
+            "runner.run(query, key_cache, value_cache, out=attn_out[layer]); warned once per runner",
+            DefaultOutputReusedWarning, stacklevel=4)
 
     def _zero_empty(self, out: torch.Tensor) -> None:
         rows = self._empty_rows

@@ -14,8 +14,8 @@ from launcher import layout
 
 #: On-chip regions in ``PA_SIM_REGION_*`` order.
 REGIONS = ("UB", "L1", "L0A", "L0B", "L0C")
-#: ``sizeof`` and 14 field offsets (``pa_sim_stats_layout``).
-LAYOUT_WORDS = 15
+#: ``sizeof`` and 16 field offsets (``pa_sim_stats_layout``).
+LAYOUT_WORDS = 17
 
 
 class SimStats(ctypes.Structure):
@@ -31,6 +31,8 @@ class SimStats(ctypes.Structure):
         ("units", ctypes.c_uint64),
         ("tasks", ctypes.c_uint64),
         ("matmuls", ctypes.c_uint64),
+        ("score_tiles", ctypes.c_uint64),
+        ("masked_score_tiles", ctypes.c_uint64),
         ("peak_bytes", ctypes.c_uint32 * len(REGIONS)),
         ("capacity_bytes", ctypes.c_uint32 * len(REGIONS)),
         ("block_dim", ctypes.c_uint32),

@@ -166,6 +166,7 @@ class DeviceState:
                                  f"{self._table_rows} rows")
             return None, batch, self._table_cols
         table = check_table_tensor(block_table, cap.device)
+        self._check_own_table(table)
         rows, cols = int(table.shape[0]), int(table.shape[1])
         if rows != batch:
             raise ValueError(f"block_table must have one row per sequence ({batch} rows), got {rows}")
@@ -175,6 +176,20 @@ class DeviceState:
         if cols < 1 and batch:
             raise ValueError(f"block_table must have at least one column, got {cols}")
         return table, rows, cols
+
+    def _check_own_table(self, table: torch.Tensor) -> None:
+        """A table in the runner's own storage is used in place, so it must address it as the kernel does: from
+        its first row, with its row stride (``runner.block_table[:b, :pages]``).  Any other view of it would be
+        copied over itself, rows shifted: refused."""
+        own = self.table
+        if table.numel() == 0 or table.untyped_storage().data_ptr() != own.untyped_storage().data_ptr():
+            return
+        if table.data_ptr() != own.data_ptr() or table.stride() != own.stride():
+            raise ValueError(
+                f"block_table is a view of the runner's own block table (runner.block_table) that starts at "
+                f"element {table.storage_offset()} with strides {tuple(table.stride())}: the kernel reads that "
+                f"table in place from element 0 with strides {tuple(own.stride())}, so pass "
+                f"runner.block_table[:batch, :pages] itself, or a table of your own (which update() copies)")
 
     def stage_table(self, table: torch.Tensor | None, rows: int, cols: int) -> None:
         """Copy the step's table into the runner's, in order on the launch stream (no host read)."""

@@ -171,23 +171,34 @@ def check_mla_tensors(query: object, query_rope: object, kv_cache: object, kv_ro
 
 
 def check_table_tensor(block_table: object, device: torch.device) -> torch.Tensor:
-    """An int32 ``[batch, pages]`` contiguous tensor on ``device`` (its values are not read here)."""
+    """An int32 ``[batch, pages]`` tensor on ``device`` (its values are not read here).
+
+    Any strides: every runner copies the table into its own before a launch reads it (``update``), so a
+    column slice of an engine's persistent ``[max_batch, max_pages]`` table is taken as it is.  The one table
+    the kernel addresses in place, the runner's own, is checked where it is recognised
+    (:meth:`launcher.staging.DeviceState.table_rows`)."""
     bt = _require_tensor(block_table, "block_table")
     _require_dims(bt, "block_table", TABLE_DIMS, "[batch, max_pages]")
     if bt.dtype != torch.int32:
         raise TypeError(f"block_table dtype must be torch.int32, got {bt.dtype}")
     if bt.device != device:
         raise ValueError(f"block_table must be on the query's device {device}, got {bt.device}")
-    _require_contiguous(bt, "block_table")
     return bt
 
 
+#: Tensor dtypes ``context_lens`` may have: what numpy holds as int64 without loss (``torch.tensor([...])`` is int64).
+LENS_DTYPES = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
+
+
 def lens_to_numpy(context_lens: object) -> np.ndarray:
-    """``context_lens`` as a 1-D int64 array: an int32 tensor (a device tensor is copied to the host, which
-    synchronises with its stream), or whatever :func:`tiling.rules.lengths_array` takes."""
+    """``context_lens`` as a 1-D int64 array: an integer tensor (int32, int64, ...; a device tensor is copied to
+    the host, which synchronises with its stream, and only ``update`` and the one-call functions take lengths,
+    never ``run``), or whatever :func:`tiling.rules.lengths_array` takes.  The values' rules are the caller's
+    (:func:`tiling.rules.validate_lengths`)."""
     if isinstance(context_lens, torch.Tensor):
-        if context_lens.dtype != torch.int32:
-            raise TypeError(f"context_lens tensor dtype must be torch.int32, got {context_lens.dtype}")
+        if context_lens.dtype not in LENS_DTYPES:
+            names = ", ".join(str(dtype) for dtype in LENS_DTYPES)
+            raise TypeError(f"context_lens tensor must have an integer dtype ({names}), got {context_lens.dtype}")
         if context_lens.dim() != 1:
             raise ValueError(f"context_lens must be 1-D [batch], got shape {tuple(context_lens.shape)}")
         return context_lens.detach().cpu().numpy().astype(np.int64)

@@ -18,6 +18,6 @@ def library_or_skip(name: str) -> Path:
     path = lib_dir() / name
     if not path.is_file():
         if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {path} was not built (bash compile.sh builds it)")
-        pytest.skip(f"{path} not built (it needs clang-19 and the pto-isa headers; see compile.sh)")
+            pytest.fail(f"{REQUIRE_ENV}=1 but {path} was not built (bash compile.sh --all builds it)")
+        pytest.skip(f"{path} not built (bash compile.sh --all builds it where clang-19 and the pto-isa headers are)")
     return path

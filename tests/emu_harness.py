@@ -38,6 +38,8 @@ def emu() -> ctypes.CDLL:
     lib.pa_emu_buffer.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64)]
     lib.pa_emu_call.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     lib.pa_emu_register_gm.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.pa_emu_initcheck.argtypes = [ctypes.c_int32]
+    lib.pa_emu_mark_written.argtypes = [ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64]
     return lib
 
 
@@ -60,6 +62,17 @@ class Core:
         address = emu().pa_emu_buffer(SPACES[space], ctypes.byref(size))
         raw = (ctypes.c_uint8 * size.value).from_address(address)
         return np.frombuffer(raw, dtype=np.uint8).view(dtype)
+
+    def initcheck(self, on: bool = True) -> None:
+        """initcheck on (every byte unwritten from now) or off for this core (kernel/npu/emu/emu_initcheck.hpp)."""
+        self.select()
+        assert emu().pa_emu_initcheck(int(on)) == 0, emu().pa_emu_last_error().decode()
+
+    def mark_written(self, space: str, offset: int, nbytes: int) -> None:
+        """Declare bytes a test filled from the host written (initcheck cannot see host writes)."""
+        self.select()
+        if emu().pa_emu_mark_written(SPACES[space], offset, nbytes) != 0:
+            raise EmuFaultError(emu().pa_emu_last_error().decode())
 
     def call(self, name: str, *args: int) -> None:
         self.select()

@@ -40,6 +40,7 @@ TAGS = {"python": ("npu", "continued"), "bash": ("npu",), "c": (), "text": ()}
 #: Commands run by ``.ci/run`` (each must appear in it literally).
 RUN_BY_CI = (
     "bash compile.sh --setup",
+    "bash compile.sh --setup --all",
     "python -m pytest -q",
     'pip install -e ".[e2e]"',
     "python -m pytest -q -m e2e",
@@ -73,6 +74,7 @@ RUN_HERE: dict[str, str] = {
     "python examples/paged_gptoss.py": "e2e",
     "python examples/paged_deepseek.py": "e2e",
     "python examples/llama_tp.py --ranks 2": "e2e",
+    "python examples/decode_cp.py --ranks 3": "e2e",
 }
 #: The gate on a shared CPU: exit 1 (a shape slower than the tolerance) is a verdict, not a broken command.
 ALLOWED_CODES = {

@@ -111,6 +111,27 @@ def test_speculative_step_matches_one_token_steps(prefix: int) -> None:
     _check_tokens(verified, exact[steps], tolerance)
 
 
+#: One-token steps the device-path check decodes: the 24-token window slides over two 16-token pages.
+SIM_STEPS = 40
+
+
+def test_one_token_steps_on_the_device_path_match_transformers() -> None:
+    """The NPU kernel's A2/A3 code on the emulator (``backend="sim"``) decodes the same streams one token a step:
+    windows and sinks on the sliding layers, sinks on the full ones, pages behind the window freed; its logits
+    match fp32 transformers' within the tolerance and the mock's run."""
+    pg = _examples()
+    streams, mock_logits, _ = _run("bf16")
+    tolerance, exact = _tolerance("bf16")
+    from tests.built_library import library_or_skip
+
+    library_or_skip("libpa_sim.so")
+    decoder = pg.PagedGptOssDecoder(pg.build_model(pg.tiny_gptoss_config(), dtype=torch.bfloat16),
+                                    batch=len(PROMPT_LENS), max_q_len=1, backend="sim")
+    _, logits = pg.decode(decoder, streams, SIM_STEPS, forced=streams)
+    _check_tokens(logits, exact[:SIM_STEPS], tolerance)
+    assert float((logits - mock_logits[:SIM_STEPS]).abs().max()) <= tolerance
+
+
 #: A sliding layer's window_left under each window control: transformers' sliding_window plus this (None: none).
 WINDOW_CONTROLS = {"no window": None, "window one key too wide": 0, "window one key too narrow": -2}
 

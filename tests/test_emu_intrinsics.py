@@ -33,6 +33,7 @@ def cube() -> Core:
 # ---- DMA -----------------------------------------------------------------------------------------------------
 
 def test_gm_to_ub_bursts_gaps_and_dummy_tail() -> None:
+    """Without padding the dummy tail of a burst is copies of its first element (CCE copy_gm_to_ubuf_align)."""
     core = vector()
     rows, cols, pitch = 5, 37, 50  # 148-byte bursts: 5 blocks in UB, the last one 12 bytes of dummy data
     gm = RNG.standard_normal((rows, pitch)).astype(np.float32)
@@ -44,10 +45,15 @@ def test_gm_to_ub_bursts_gaps_and_dummy_tail() -> None:
     for r in range(rows):
         burst = ub[256 + r * stride: 256 + r * stride + 5 * 32]
         assert np.array_equal(burst[:cols * 4].view(np.float32), gm[r, :cols]), r
-        assert np.isnan(burst[cols * 4:].view(np.float32)).all(), "dummy tail must be the NaN pattern"
+        assert (burst[cols * 4:].view(np.float32) == gm[r, 0]).all(), "dummy tail: the burst's first element"
         if r < rows - 1:
             assert (ub[256 + r * stride + 160: 256 + (r + 1) * stride] == POISON).all(), "gap written"
     assert (ub[:256] == POISON).all() and (ub[256 + 4 * stride + 160:] == POISON).all()
+    halves = RNG.standard_normal(21).astype(np.float16)  # 42 bytes: 11 dummy halves
+    core.call("copy_gm_to_ubuf_align_b16", 0, address(halves), 0, 1, 42, 0, 0, 0, 0)
+    assert (core.buffer("UB", np.float16)[21:32] == halves[0]).all()
+    core.call("copy_gm_to_ubuf_align_b16", 0, address(halves), 0, 1, 42, 1, 0, 0, 0)  # padded: set_mov_pad_val's
+    assert np.isnan(core.buffer("UB", np.float16)[[0, 22, 31]]).all()                # value, not emulated: NaN
 
 
 def test_ub_to_gm_writes_only_len_bytes_per_burst() -> None:
@@ -471,6 +477,10 @@ def test_state_never_set_and_wrong_operands_fault() -> None:
         core.call("img2colv2_cbuf_to_ca", 0, 0, 16, 16, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 16)
     with pytest.raises(EmuFaultError, match="this core has no UB"):
         core.call("vadd_f32", 0, 0, 0, 1, 1, 1, 1, 8, 8, 8)
+    core.call("set_nd_para", 1)
+    with pytest.raises(EmuFaultError, match=r"MSize = 8193 .*\[1, 8192\]"):  # with NZ2ND (ASC Fixpipe, V220)
+        core.call("copy_matrix_cc_to_gm", address(np.zeros(16, np.float32)), 0, 1 << 4 | 8193 << 16 | 1 << 32,
+                  8208 | 1 << 43)
     with pytest.raises(EmuFaultError, match="m = 1 is the GEMV form"):
         core.call("mad_f16", 0, 0, 0, 1, 16, 16, 0, 0, 0, 1)
     with pytest.raises(EmuFaultError, match=r"repeat = 256 .*8-bit field"):

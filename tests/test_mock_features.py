@@ -158,10 +158,10 @@ def test_the_covering_array_covers_every_pair() -> None:
     assert len(CASES) < math.prod(len(v) for v in FACTORS.values()) // 100
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
-def test_feature_case_matches_the_golden(index: int) -> None:
+def check_case(index: int, lib: ctypes.CDLL | None = None) -> None:
+    """Covering-array case ``index`` on the mock (or ``lib``) against the golden, output and lse."""
     b = build(CASES[index], seed=1000 + index)
-    code, err, out, lse = run_mock(b)
+    code, err, out, lse = run_mock(b, lib=lib)
     assert code == 0, err.message
     ref = reference(b.query, b.key_cache, b.value_cache, b.table, b.lens, b.plan.scale, b.features)
     result = compare(out, ref)
@@ -171,6 +171,26 @@ def test_feature_case_matches_the_golden(index: int) -> None:
         assert lse_result.passed, lse_result.summary()
     else:
         assert torch.isnan(lse).all(), "the lse buffer was written without return_lse"
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
+def test_feature_case_matches_the_golden(index: int) -> None:
+    check_case(index)
+
+
+#: The covering array's one-token cases: the decode features the NPU kernel executes (window, sinks, lse).
+ONE_TOKEN_CASES = [i for i, c in enumerate(CASES) if c["q_len"] == 1]
+
+
+@pytest.mark.parametrize("index", ONE_TOKEN_CASES, ids=[case_id(CASES[i]) for i in ONE_TOKEN_CASES])
+def test_one_token_feature_case_on_the_device_path_matches_the_golden(index: int) -> None:
+    """The same launches on the NPU kernel's A2/A3 code (``libpa_sim.so``, a fresh seed per launch, named on
+    failure), pages before each window NaN with table entries -1."""
+    lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
+    mock_api.declare(lib)
+    assert lib.pa_supported_features() & (abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE) == \
+        abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
+    check_case(index, lib)
 
 
 def test_pages_outside_the_window_are_never_read() -> None:
@@ -193,9 +213,13 @@ def test_pages_outside_the_window_are_never_read() -> None:
     assert expected < whole / 3
 
 
-def test_merging_two_halves_by_their_lse_gives_the_whole() -> None:
+@pytest.mark.parametrize("library", ["libpa_mock.so", "libpa_sim.so"])
+def test_merging_two_halves_by_their_lse_gives_the_whole(library: str) -> None:
     """Attention over a context equals the lse-weighted merge of attention over its two halves (q_len 1, no
-    sink): the lse is the natural-log logsumexp a context-parallel merge needs."""
+    sink): the lse is the natural-log logsumexp a context-parallel merge needs; on the mock and on the NPU
+    kernel's A2/A3 code (sim)."""
+    lib = ctypes.CDLL(str(library_or_skip(library)))
+    mock_api.declare(lib)
     gen = torch.Generator().manual_seed(11)
     bs, hq, hkv, d, n = 16, 8, 2, 64, 320
     pages = n // bs
@@ -210,7 +234,7 @@ def test_merging_two_halves_by_their_lse_gives_the_whole() -> None:
                                     max_pages=ids.shape[1], num_blocks=pages, scale=d**-0.5, core_count=4,
                                     return_lse=True)
         built = Built(plan, query, sub_k, sub_v, ids, [ids.shape[1] * bs], None, Features())
-        code, err, out, lse = run_mock(built)
+        code, err, out, lse = run_mock(built, lib=lib)
         assert code == 0, err.message
         outs.append(out.double())
         lses.append(lse.double())
@@ -267,8 +291,8 @@ def test_a_wrong_window_or_a_missing_sink_in_the_golden_is_caught() -> None:
         assert not compare(out, ref).passed, CASES[index]
 
 
-def test_the_device_path_sim_refuses_the_features_until_the_kernel_has_them() -> None:
-    """The NPU kernel does not execute ABI v3's features yet: its sim's contract check says so (the launcher
+def test_the_device_path_sim_refuses_several_query_tokens_until_the_kernel_has_them() -> None:
+    """The NPU kernel executes one query token only: its sim's contract check refuses q_len > 1 (the launcher
     refuses earlier, with a ValueError)."""
     lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
     mock_api.declare(lib)

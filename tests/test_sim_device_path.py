@@ -151,9 +151,9 @@ def test_with_the_mad_check_off_a_nan_reaches_the_output_whatever_ctrl_a_previou
         assert torch.isfinite(out[0, 4:]).all() and torch.isfinite(out[1]).all(), f"PA_SIM_SEED={seed} {strategy}"
 
 
-#: (case, mad operand the skipped fill leaves hostile): a piece shorter than the K tile (pages of 32, defect 5);
-#: MHA with whole pieces, a one-row Q/P multiplied as 16 rows (defect 6); D 96 in the DCap-128 build, V's columns
-#: past D (defect 7)
+#: (case, mad operand the skipped fill leaves hostile): a piece shorter than the K tile (pages of 32, defect 6);
+#: MHA with whole pieces, a one-row Q/P multiplied as 16 rows (defect 7); D 96 in the DCap-128 build, V's columns
+#: past D (defect 8)
 FILL_CASES = {
     "short_piece": (dict(lens=[300, 200]), "b"),
     "mha_one_row": (dict(lens=[256, 128], hq=4, hkv=4, bs=128), "a"),
@@ -183,6 +183,21 @@ def test_skipping_the_kernels_zero_fills_makes_mad_read_hostile_on_chip_data(nam
     ref = reference(case["query"], case["key_cache"], case["value_cache"], case["block_table"],
                     case["context_lens"].tolist(), d ** -0.5)
     assert compare(out.double(), ref).passed, f"PA_SIM_SEED={SEEDS[1]} {name}"
+
+
+def test_a_store_with_the_atomic_mode_a_previous_kernel_left_faults() -> None:
+    """Negative control of the kernel's set_atomic_none at entry: every core starts with the store-atomic mode a
+    previous kernel may have left (random, marked inherited); without the reset the first GM store faults."""
+    handle = _library()
+    handle.pa_sim_keep_inherited_atomics.argtypes = [ctypes.c_int32]
+    case = _case([100, 50])
+    handle.pa_sim_keep_inherited_atomics(1)
+    try:
+        with pytest.raises(RuntimeError, match="store-atomic mode the previous kernel left"):
+            _run(case, SEEDS[0])
+    finally:
+        handle.pa_sim_keep_inherited_atomics(0)
+    assert torch.isfinite(_run(case, SEEDS[0])).all()
 
 
 def test_core_count_above_the_socs_clusters_is_refused_before_launch() -> None:

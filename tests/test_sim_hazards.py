@@ -49,9 +49,9 @@ MUTATE_WRONG_SOURCE, MUTATE_SHARED_EVENT, MUTATE_SIGNAL_PIPE = 1, 2, 3
 
 #: Small launches that together reach every edge: multi-unit tasks and two KV groups per task (fp16 D128),
 #: split-KV with the combine and several heads per vector sub-core (bf16 D64), ragged tails with D256, many
-#: splits, an empty sequence after a full one on one core (a gather order the planner does not choose), and
+#: splits, an empty sequence after a full one on one core (a gather order the planner does not choose),
 #: 1024-token hand-offs (the vectors' two-pass pieces, the cube's P windows) on the chunk path and, with a KV
-#: group of 32 heads, on the head path.
+#: group of 32 heads, on the head path, and the decode features (window, sinks, lse) with and without the combine.
 DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [1, 130, 1300], "cores": 2},
     {**BASE, "lens": [1500, 40], "hq": 16, "hkv": 2, "d": 64, "bs": 64, "dtype": "bf16", "cores": 3},
@@ -62,6 +62,11 @@ DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [40, 0], "hq": 4, "hkv": 2, "d": 64, "bs": 16, "cores": 1, "reverse_gather": True},
     {**BASE, "lens": [1300, 90], "cores": 2, "handoff": 1024, "strategy": "bn"},
     {**BASE, "lens": [1100, 77], "hq": 32, "hkv": 1, "d": 64, "bs": 64, "cores": 2, "handoff": 1024, "strategy": "bn"},
+    # the decode features of one token: a masked window start, 16-bit sinks joining the output row, the lse of
+    # full and empty rows; then fp32 sinks and the lse through the combine
+    {**BASE, "lens": [300, 0, 45], "window": 100, "sinks": "fp16", "lse": True, "cores": 2, "strategy": "bn"},
+    {**BASE, "lens": [800, 0, 40], "hq": 4, "hkv": 1, "d": 64, "bs": 64, "dtype": "bf16", "window": 500,
+     "sinks": "fp32", "lse": True, "cores": 8, "strategy": "split_kv"},
 ]
 
 
@@ -83,6 +88,7 @@ DEVICE_PATH_REDUNDANT = {
     "kEdgeBarCombColSum": "the combine's second chunk needs more than 32 splits: none with 24 resident clusters",
     "kEdgeBarCombAcc": "with at most 32 splits the last op is TCOLSUM, which ends with pipe_barrier(PIPE_V)",
     "kEdgeChunkUbFree": "one chunk per head (at most 32 splits), and the next head's V->S waits stall issue",
+    "kEdgeBarCombSink": "the combine's weight sum is TROWSUM, which ends with pipe_barrier(PIPE_V)",
 }
 
 #: tails of 37 and 300 - 256 = 44 tokens: the last P.V sub-tile's inner length is not a multiple of 16

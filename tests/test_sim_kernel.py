@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from accuracy.reference import compare, reference  # noqa: E402
+from accuracy.reference import Features, compare, compare_lse, reference  # noqa: E402
 from launcher.library import load_library  # noqa: E402
 from launcher.mock_api import MockConfig, MockError, last_error_text  # noqa: E402
 from launcher.sim_api import SimStats  # noqa: E402
@@ -61,6 +61,18 @@ def quantize(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     return bits, from_bf16_bits(bits).astype(np.float64)
 
 
+def make_sinks(rng: np.random.Generator, sinks: str | None, hq: int) -> tuple[np.ndarray | None, torch.Tensor | None]:
+    """Fresh sinks of the named dtype (device array, exact values): logits around the scores' own range."""
+    if sinks is None:
+        return None, None
+    values = rng.standard_normal(hq) * 2.0 + 1.0
+    if sinks == "fp32":
+        dev32 = values.astype(np.float32)
+        return dev32, torch.from_numpy(dev32.astype(np.float64))
+    dev, exact = quantize(values, "fp16" if sinks == "fp16" else "bf16")
+    return dev, torch.from_numpy(exact)
+
+
 def as_tensor(device: np.ndarray, dtype: str) -> torch.Tensor:
     """A device array (fp16 values or bf16 bit patterns) as the torch tensor it encodes."""
     if dtype == "fp16":
@@ -80,7 +92,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         np.array(lens, dtype=np.int32), num_heads=hq, num_kv_heads=hkv, head_dim=d, block_size=bs,
         max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype,
         core_count=case.get("cores", 4), strategy=case.get("strategy", "auto"),
-        handoff_tokens=case.get("handoff"),
+        handoff_tokens=case.get("handoff"), window_left=case.get("window", -1), sinks_dtype=case.get("sinks"),
+        return_lse=bool(case.get("lse")),
     )
     q_dev, _ = quantize(rng.standard_normal((batch, hq, d)), dtype)
     k_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
@@ -94,6 +107,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         used += pages
     if case.get("bad_block_id"):
         table[lens.index(next(n for n in lens if n > 0)), 0] = num_blocks + 3
+    window = case.get("window", -1)
+    if window >= 0:  # pages wholly before a window are never read: their entries may be anything
+        for b, n in enumerate(lens):
+            table[b, : int(abi.kv_first_token(n, 1, window, bs)) // bs] = -1
+    sinks_dev, sinks_ref = make_sinks(rng, case.get("sinks"), hq)
     elem = np.float16 if dtype == "fp16" else np.uint16
     out = np.full((batch, hq, d), np.nan, dtype=np.float32).astype(elem)
     ws = plan.workspace
@@ -104,6 +122,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         abi.ArgSlot.O_TMP: np.full(ws.o_tmp_bytes // 4, np.nan, np.float32),
         abi.ArgSlot.TILING: np.array(plan.tiling, dtype=np.uint32),
     }
+    if sinks_dev is not None:
+        bufs[abi.ArgSlot.SINKS] = sinks_dev
+    lse_out = np.full((batch, hq), np.nan, np.float32)
+    if case.get("lse"):
+        bufs[abi.ArgSlot.LSE] = lse_out
     if ws.o_core_bytes:
         shrink = case.get("shrink_o_core", 0)
         bufs[abi.ArgSlot.O_CORE] = np.full(ws.o_core_bytes // 4 - shrink, np.nan, np.float32)
@@ -141,10 +164,14 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if rc == 0:
         got = out.astype(np.float64) if dtype == "fp16" else from_bf16_bits(out).astype(np.float64)
         ref = reference(as_tensor(q_dev, dtype), as_tensor(k_dev, dtype), as_tensor(v_dev, dtype),
-                        torch.from_numpy(table), lens, scale)
+                        torch.from_numpy(table), lens, scale, Features(window_left=window, sinks=sinks_ref))
         comparison = compare(torch.from_numpy(got), ref)
         result["passed"], result["summary"] = comparison.passed, comparison.summary()
         result["finite"] = bool(np.isfinite(got).all())
+        if case.get("lse"):
+            lse_cmp = compare_lse(torch.from_numpy(lse_out), ref)
+            result["lse_passed"], result["lse_summary"] = lse_cmp.passed, lse_cmp.summary()
+            result["passed"] = result["passed"] and lse_cmp.passed
     return result
 
 
@@ -207,7 +234,23 @@ ACCURACY_CASES = {
                                      "handoff": 4096, "strategy": "bn"},
     "bf16_one_core_task_boundaries_split_kv": {"lens": [1200, 0, 2100, 5], "cores": 1, "dtype": "bf16",
                                                "strategy": "split_kv"},
+    # decode features of one query token (ABI v3): a window whose first page is partly masked, its earlier pages'
+    # table entries -1 (never read); sinks of each dtype joining the denominator in the output row or in the
+    # combine; the lse of every row (-inf for an empty sequence), one-split and combined
+    "fp16_window_sinks_fp32_lse_bn": {"lens": [1, 130, 600, 0], "window": 200, "sinks": "fp32", "lse": True,
+                                      "strategy": "bn"},
+    "bf16_window_sinks_bf16_lse_split_kv": {"lens": [4000, 0, 333, 5], "dtype": "bf16", "window": 2000,
+                                            "sinks": "bf16", "lse": True, "strategy": "split_kv", "cores": 8},
+    "fp16_sinks_fp16_lse_split_kv_mqa": {"lens": [1500, 90], "hkv": 1, "d": 64, "bs": 64, "sinks": "fp16",
+                                         "lse": True, "strategy": "split_kv"},
+    "fp16_window_0_small_pages": {"lens": [700, 16, 17], "d": 64, "bs": 16, "window": 0},
+    "bf16_window_bs512_handoff_1024": {"lens": [2600, 1400], "dtype": "bf16", "d": 64, "bs": 512, "window": 900,
+                                       "handoff": 1024, "strategy": "bn", "lse": True},
 }
+
+
+#: The feature cases that must reach the split-KV combine (their sinks and lse join there).
+COMBINED_FEATURE_CASES = ("bf16_window_sinks_bf16_lse_split_kv", "fp16_sinks_fp16_lse_split_kv_mqa")
 
 
 @needs_sim
@@ -215,6 +258,9 @@ ACCURACY_CASES = {
 def test_sim_matches_float64_golden(name: str) -> None:
     case = {**BASE, **ACCURACY_CASES[name]}
     res = run_in_child(case)
+    if name in COMBINED_FEATURE_CASES:
+        assert res["kvcn"] > 1, "the case no longer reaches the combine"
+
     assert res["rc"] == 0, res["err"]
     assert res["finite"], "output holds NaN/inf (an unwritten row?)"
     assert res["passed"], res["summary"]
@@ -224,6 +270,35 @@ def test_sim_matches_float64_golden(name: str) -> None:
     assert stats["handoffs"] == HANDOFFS_PER_UNIT * stats["units"], stats
     if res["kvcn"] > 1:
         assert res["key"] & abi.KEY_SPLIT_KV_BIT and stats["partial_bytes"] > 0
+
+
+@needs_sim
+def test_a_window_reads_only_its_pages() -> None:
+    """A windowed launch reads the K/V of the pages from the window's first on, not the context's: the sim's K/V
+    byte count is the unwindowed count scaled by the tokens those pages hold (one sequence, one task)."""
+    case = {**BASE, "lens": [1000], "cores": 1, "strategy": "bn"}
+    full, windowed = run_in_child(case), run_in_child({**case, "window": 300})
+    assert full["rc"] == windowed["rc"] == 0, (full["err"], windowed["err"])
+    assert windowed["passed"], windowed["summary"]
+    first = int(abi.kv_first_token(1000, 1, 300, BASE["bs"]))
+    assert first == 640
+    assert windowed["stats"]["kv_read_bytes"] * 1000 == full["stats"]["kv_read_bytes"] * (1000 - first)
+
+
+@needs_sim
+def test_only_the_window_boundary_tile_is_masked() -> None:
+    """Masks only where they bite: over a long context with a 128-token window, each vector sub-core masks one S
+    tile (the window's first page), every other tile runs unmasked; a window whose first key starts a page masks
+    none, and so does a launch without a window."""
+    case = {**BASE, "lens": [6000], "cores": 1, "strategy": "bn"}
+    for window, masked in ((128, 2), (None, 0)):
+        res = run_in_child({**case, "window": window} if window is not None else case)
+        assert res["rc"] == 0 and res["passed"], (res["err"], res.get("summary"))
+        assert res["stats"]["masked_score_tiles"] == masked, res["stats"]
+        assert res["stats"]["score_tiles"] >= 2, res["stats"]
+    aligned = run_in_child({**case, "lens": [1 + 128 + 640], "window": 128})  # keeps keys 640.. : a page start
+    assert aligned["rc"] == 0 and aligned["passed"], aligned["err"]
+    assert aligned["stats"]["masked_score_tiles"] == 0 and aligned["stats"]["score_tiles"] == 2, aligned["stats"]
 
 
 NEGATIVE_CASES = {

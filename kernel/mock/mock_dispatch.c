@@ -1,6 +1,6 @@
 /*
  * Run-time choice of the SIMD path: the fastest one this CPU supports (AMX; AVX512-BF16 on AMD; AVX-512, AVX2,
- * portable), or the one a binding asks for (a native path, or a fallback; a path the CPU lacks is refused).
+ * portable; NEON on aarch64, where AdvSIMD is part of the architecture), or the one a binding asks for (a native path, or a fallback; a path the CPU lacks is refused).
  * The library is built with portable flags; the SIMD files carry their own target pragmas.
  */
 #include "mock_internal.h"
@@ -107,7 +107,11 @@ int32_t pa_math_best_isa(void) {
     if (cpu_has_avx2()) {
         return PA_MOCK_ISA_AVX2;
     }
+#if defined(__aarch64__)
+    return PA_MOCK_ISA_NEON;
+#else
     return PA_MOCK_ISA_PORTABLE;
+#endif
 }
 
 const pa_math_ops *pa_math_select(int32_t isa) {
@@ -126,6 +130,10 @@ const pa_math_ops *pa_math_select(int32_t isa) {
         return cpu_has_avx512bf16() ? &pa_math_avx512bf16 : 0;
     case PA_MOCK_ISA_AMX:
         return cpu_has_amx() ? &pa_math_amx : 0;
+#endif
+#if defined(__aarch64__)
+    case PA_MOCK_ISA_NEON:
+        return &pa_math_neon;
 #endif
     default:
         return 0;

@@ -1,7 +1,7 @@
 /*
- * The mock's arithmetic, one table of functions per SIMD path (portable, AVX2+FMA+F16C, AVX-512, and the
- * native AVX512-BF16 and AMX paths, whose own Q.K and P.V are described in mock_math_avx512bf16.c and
- * mock_math_amx.c).
+ * The mock's arithmetic, one table of functions per SIMD path (portable, AVX2+FMA+F16C, AVX-512, NEON on
+ * aarch64, and the native AVX512-BF16 and AMX paths, whose own Q.K and P.V are described in
+ * mock_math_avx512bf16.c and mock_math_amx.c).
  *
  * Every exact path computes the same values bit for bit:
  *  - dot products (Q.K) use 16 lanes: lane l accumulates elements d = l, l+16, ... in ascending order, then
@@ -70,6 +70,9 @@ extern const pa_math_ops pa_math_avx2;
 extern const pa_math_ops pa_math_avx512;
 extern const pa_math_ops pa_math_avx512bf16;
 extern const pa_math_ops pa_math_amx;
+#endif
+#if defined(__aarch64__)
+extern const pa_math_ops pa_math_neon;
 #endif
 
 /* The table for PA_MOCK_ISA_* `isa` (AUTO = best), or NULL if this CPU cannot run it. */

@@ -6,11 +6,13 @@
  * upstream kernel had both sub-cores of a cluster write the same rows).  Partials are folded in chunks of
  * kCombineChunkRows rows so UB use does not grow with kvCN.  A sequence of one split has no partial: its task
  * wrote the output row (pa_vector.hpp, Finish), exactly what the combine of one partial would write.
+ * A sink joins as one more term of the weights' sum, exp(sink - M), whose partial is zero; the row's lse is
+ * M + ln(sum), sink included.
  */
 #ifndef PA_COMBINE_HPP
 #define PA_COMBINE_HPP
 
-#include "pa_tiling.hpp"
+#include "pa_features.hpp"
 
 namespace pa {
 
@@ -25,6 +27,9 @@ struct CombineCore {
     using Chunk = Tile<TileType::Vec, float, kCombineChunkRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using RowF = Tile<TileType::Vec, float, 1, DCap, BLayout::RowMajor, 1, DYNAMIC>;
     using RowT = Tile<TileType::Vec, T, 1, DCap, BLayout::RowMajor, 1, DYNAMIC>;
+    /* one 16-bit sink as loaded: one 32-byte UB block, element 0 valid */
+    using ScalarH = Tile<TileType::Vec, half, 1, 16, BLayout::RowMajor, 1, 1>;
+    using ScalarB = Tile<TileType::Vec, bfloat16_t, 1, 16, BLayout::RowMajor, 1, 1>;
 
     /* UB layout (bytes): lse/weights | max | sum | chunk of partials | column sum | accumulator | output. */
     static constexpr uint32_t kUbLse = 0;
@@ -35,12 +40,16 @@ struct CombineCore {
     static constexpr uint32_t kUbPart = AlignUp(kUbChunk + Chunk::Numel * sizeof(float), kOnChipAlign);
     static constexpr uint32_t kUbAcc = AlignUp(kUbPart + RowF::Numel * sizeof(float), kOnChipAlign);
     static constexpr uint32_t kUbOut = AlignUp(kUbAcc + RowF::Numel * sizeof(float), kOnChipAlign);
-    static_assert(kUbOut + RowT::Numel * sizeof(T) <= kUbBytes, "combine UB plan overflows");
+    static constexpr uint32_t kUbSink = AlignUp(kUbOut + RowT::Numel * sizeof(T), kOnChipAlign); /* fp32 sink */
+    static constexpr uint32_t kUbSinkRaw = kUbSink + kOnChipAlign; /* the sink as loaded, 16-bit */
+    static constexpr uint32_t kUbLseOut = kUbSinkRaw + kOnChipAlign; /* the row's lse */
+    static_assert(kUbLseOut + kOnChipAlign <= kUbBytes, "combine UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
     Gm<T> o;
-    Gm<float> ocore, l;
+    Gm<float> ocore, l, lseGm; /* PA_ARG_LSE, NULL without the lse */
+    __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
 
     AICORE inline void One(uint32_t slot, uint32_t head)
     {
@@ -57,19 +66,36 @@ struct CombineCore {
         Assign(tmp, kUbTmp);
         Assign(mx, kUbMax);
         Assign(sm, kUbSum);
+        Scalar sink, lseOut;
+        ScalarH h16;
+        ScalarB b16;
+        Assign(sink, kUbSink);
+        Assign(h16, kUbSinkRaw);
+        Assign(b16, kUbSinkRaw);
+        Assign(lseOut, kUbLseOut);
+        const bool withSink = t.sinksDtype != PA_SINKS_NONE;
         WaitFlag(kLseUbFree);
         LoadNd(lse, l, addrL + uint64_t(head) * kvcn, 1, m, m, kTrafficPartial);
+        if (withSink) LoadSinks(t, sinks, head, 1, sink, h16, b16);
         Handoff(kLseLoaded);
+        /* the widened sink is next read after the V -> S wait below, which waits for every earlier V instruction */
+        if (withSink) WidenSinks(t, sink, h16, b16);
         RowMax(mx, lse, tmp);
         Handoff(kMaxToScalar); /* the scalar unit reads UB next */
         const float maxLse = ScalarRead(mx, 0);
         /* No V barrier before overwriting lse: the scalar unit issues AddS only after GetValue returned, and
          * GetValue waited (kMaxToScalar) for every earlier V instruction, TROWMAX's read of lse included. */
         AddS(lse, lse, -maxLse);
+        if (withSink) AddS(sink, sink, -maxLse);
         VecBarrier(kEdgeBarCombShift);
         Exp(lse, lse);
+        if (withSink) Exp(sink, sink);
         VecBarrier(kEdgeBarCombExp);
         RowSum(sm, lse, tmp);
+        if (withSink) {
+            VecBarrier(kEdgeBarCombSink);
+            Add(sm, sm, sink);
+        }
         Handoff(kSumToScalar);
         const float sum = ScalarRead(sm, 0);
         /* as above: TROWSUM's read of lse completed before GetValue, GetValue before MulS issues */
@@ -105,8 +131,14 @@ struct CombineCore {
         VecBarrier(kEdgeBarCombAcc);
         WaitFlag(kCombOutFree);
         Cvt(out, acc, RoundMode::CAST_RINT);
+        if (t.lse) {
+            Log(lseOut, sm);
+            VecBarrier(kEdgeBarCombLse);
+            AddS(lseOut, lseOut, maxLse);
+        }
         Handoff(kCombOutReady);
         StoreNd(o, addrO + uint64_t(head) * d, 1, d, d, out, kTrafficOther);
+        if (t.lse) StoreNd(lseGm, LseIndex(t, slot, head), 1, 1, 1, lseOut, kTrafficOther);
         SetFlag(kCombOutFree);
     }
 

@@ -14,6 +14,11 @@
 
 namespace pa {
 
+/* ---- what the kernel executes ----------------------------------------------------------------------------
+ * The ABI v3 decode features of one query token (PA_FEATURE_* bits, what every host of this kernel reports through
+ * pa_supported_features()): a sliding window, sinks, the lse.  Several query tokens and MLA are refused. */
+#define PA_NPU_KERNEL_FEATURES (PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE)
+
 /* ---- task and hand-off geometry --------------------------------------------------------------------- */
 /* q heads per task: the ABI's head-split cap; a task's heads of one KV group form the matmul M dimension. */
 constexpr int kMaxTaskHeads = PA_HEAD_SPLIT_LIMIT;
@@ -69,7 +74,9 @@ constexpr int kCombineChunkRows = 32;
 enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
 
 /* Events the simulation counts for its figures (nothing on the NPU). */
-enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul };
+/* kCountScoreTile: a vector sub-core's S piece through the softmax's first pass; kCountMaskedScoreTile: one of them
+ * with columns masked (a window's first page: the only masked tile of a one-token launch). */
+enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul, kCountScoreTile, kCountMaskedScoreTile };
 
 /* ---- cross-core flags (the ids each use takes are in pa_sync.hpp) ------------------------------------ */
 constexpr uint16_t kFlagReduceBarrier = 13; /* all vectors: split partials done (not id 3!)            */

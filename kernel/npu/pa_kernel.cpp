@@ -45,7 +45,9 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, 
                               BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
                               BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP),
                               BindGm<float>(a.ptr[PA_ARG_O_CORE], PA_ARG_O_CORE),
-                              BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L)};
+                              BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L),
+                              BindGm<float>(a.ptr[PA_ARG_LSE], PA_ARG_LSE),
+                              a.ptr[PA_ARG_SINKS]};
         v.Run(blockNum);
     }
 }
@@ -69,11 +71,14 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
+/* Launches this kernel executes: one query token, no MLA (PA_NPU_KERNEL_FEATURES; the hosts refuse the rest first). */
+AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen == 1 && t.ropeDim == 0; }
+
 template <bool kCube>
 AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
     const Tiling t = ReadTiling(a.ptr[PA_ARG_TILING]);
-    if (!KeyKnown(t.key)) return;
+    if (!KeyKnown(t.key) || !FeaturesKnown(t)) return;
     if (t.key & PA_KEY_BF16_BIT) {
         RunDtype<bfloat16_t, kCube>(a, t, core, blockNum, sub);
     } else {
@@ -98,6 +103,12 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) ui
      * unit's and FIX's float saturation, so a NaN or inf in the inputs reaches the output as NaN or inf (with
      * saturation on, the conversions to fp16/bf16 would turn NaN into 0 and inf into the largest finite value). */
     set_ctrl(sbitset1(get_ctrl(), 48));
+    /* The store-atomic mode (set_atomic_add/max/min) also outlives a kernel: left on, every GM store of this one
+     * would add into (or keep the max of) what GM holds.  pto-isa sets it only around its atomic stores. */
+#if defined(PA_DEVICE_SIM)
+    if (!pa::devsim::KeepInheritedAtomics())
+#endif
+        set_atomic_none();
 #else
     (void)ffts_base;
 #endif

@@ -21,6 +21,8 @@ int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
 
+uint32_t pa_supported_features(void) { return PA_NPU_KERNEL_FEATURES; }
+
 int32_t call_kernel(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_HOST_PARAM))
 {
     if (block_dim == 0) return PA_ERR_BAD_LAUNCH;

@@ -28,6 +28,8 @@ typedef struct pa_sim_stats {
     uint64_t units;                /* level-1 hand-off units processed (per cube core, summed)                  */
     uint64_t tasks;                /* (sequence, head range, KV range) tasks run by the cube cores              */
     uint64_t matmuls;              /* cube TMATMUL instructions (level-2 sub-tiles)                             */
+    uint64_t score_tiles;          /* S pieces the vector sub-cores softmax (first pass; device path only)      */
+    uint64_t masked_score_tiles;   /* of them, those with masked columns (device path only)                     */
     uint32_t peak_bytes[PA_SIM_REGIONS]; /* highest end offset of any buffer assigned on any core, per region   */
     uint32_t capacity_bytes[PA_SIM_REGIONS]; /* the region sizes the peaks must stay below                     */
     uint32_t block_dim;            /* clusters launched                                                         */
@@ -96,6 +98,12 @@ void pa_sim_mutate_sync(int32_t kind, int32_t edge);
  * fills of the operand columns and rows a matmul multiplies but never stores (past a piece's end, past D, rows
  * 1-15 of a one-row operand: CubeTiles), which the device-path sim's mad check then faults on (NON_FINITE). */
 void pa_sim_skip_zero_padding(int32_t on);
+/* Negative control of the store-atomic reset (device-path simulation only): on != 0 skips the kernel's
+ * set_atomic_none at entry, so its first GM store meets the mode a previous kernel left and the launch fails. */
+void pa_sim_keep_inherited_atomics(int32_t on);
+/* Negative control of initcheck (device-path library only): every row-major load from GM argument `slot` loads one
+ * row fewer than its tile holds (-1: none); in checked mode the launch then fails with an UNINIT fault. */
+void pa_sim_shorten_load(int32_t slot);
 /* The race library (pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
  * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
 struct pa_mock_error;

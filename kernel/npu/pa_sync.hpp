@@ -79,6 +79,13 @@ enum Edge : int {
     kEdgeBarNormed,     /* V barrier: O / l -> cast, or ln l                                                */
     kEdgeBarLog,        /* V barrier: ln l -> ln l + m                                                      */
     kEdgeBarLseSum,     /* V barrier: ln l + m -> spread into one block per row for the strided store       */
+    kEdgeBarMask,       /* V barrier: S * scale -> the columns before the window set to -inf                */
+    kEdgeSinkLoaded,    /* MTE2 -> V     ev 4: the sinks of a task's rows are in UB                         */
+    kEdgeSinkUbFree,    /* V -> MTE2     ev 4: the sinks' UB buffers were read                              */
+    kEdgeBarSinkWiden,  /* V barrier: 16-bit sinks -> fp32 -> sink - m                                      */
+    kEdgeBarSinkShift,  /* V barrier: sink - m -> exp                                                       */
+    kEdgeBarSinkExp,    /* V barrier: exp(sink - m) -> l + exp(sink - m)                                    */
+    kEdgeBarSinkJoined, /* V barrier: l with the sink -> O / l                                              */
     /* ---- vector sub-core: split-KV combine ---- */
     kEdgeLseLoaded,     /* MTE2 -> V     ev 2: a head's lse row is in UB                                    */
     kEdgeLseUbFree,     /* V -> MTE2     ev 2: the weights (a view of the lse row) were used                */
@@ -94,6 +101,8 @@ enum Edge : int {
     kEdgeBarCombScaled, /* V barrier: weighted chunk -> column sum                                          */
     kEdgeBarCombColSum, /* V barrier: column sum of a later chunk -> accumulate                             */
     kEdgeBarCombAcc,    /* V barrier: accumulated row -> cast to the output dtype                           */
+    kEdgeBarCombSink,   /* V barrier: sum of the weights -> + exp(sink - max lse)                           */
+    kEdgeBarCombLse,    /* V barrier: ln(sum) -> + max lse, the row's lse                                   */
     kEdgeCount
 };
 
@@ -128,6 +137,8 @@ constexpr Flag<kPipeMte2, kPipeV> kOtmpLoaded{1, kEdgeOtmpLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kOtmpUbFree{1, kEdgeOtmpUbFree};
 constexpr Flag<kPipeV, kPipeMte3> kOutReady{1, kEdgeOutReady};
 constexpr Flag<kPipeMte3, kPipeV> kOutUbFree{1, kEdgeOutUbFree};
+constexpr Flag<kPipeMte2, kPipeV> kSinkLoaded{4, kEdgeSinkLoaded};
+constexpr Flag<kPipeV, kPipeMte2> kSinkUbFree{4, kEdgeSinkUbFree};
 
 constexpr Flag<kPipeMte2, kPipeV> kLseLoaded{2, kEdgeLseLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kLseUbFree{2, kEdgeLseUbFree};

@@ -21,6 +21,9 @@ struct Tiling {
     uint32_t handoff;     /* tokens per hand-off: the row pitch of S and P in scratch                         */
     uint64_t sHalf, pHalf; /* elements of one S / P stage of a core (ABI v2 word 43, or the v1 halves)      */
     float scale;
+    /* ABI v3 decode features this kernel executes (one query token): a sliding window, sinks, the lse. */
+    uint32_t qLen, windowLeft, sinksDtype, ropeDim;
+    bool lse;
 
     AICORE inline uint32_t Word(uint32_t i) const { return ReadScalar(words, i); }
     AICORE inline uint32_t SlotWord(uint32_t slot, uint32_t field) const
@@ -60,22 +63,39 @@ AICORE inline Tiling ReadTiling(__gm__ uint8_t *raw)
     } bits;
     bits.u = t.Word(PA_TW_TOR);
     t.scale = bits.f;
+    t.qLen = t.Word(PA_TW_Q_LEN);
+    t.windowLeft = t.Word(PA_TW_WINDOW_LEFT);
+    t.sinksDtype = t.Word(PA_TW_SINKS_DTYPE);
+    t.lse = t.Word(PA_TW_LSE) != 0;
+    t.ropeDim = t.Word(PA_TW_ROPE_DIM);
     return t;
 }
 
-/* One (sequence, head range, KV range) unit of work.  empty: a zero-length sequence's head range (split 0). */
+/* The first token a sequence's tiles cover: the start of the page holding its window's first key, or 0
+ * (the ABI's pa_kv_first_token, restated as device code for the reason SplitsOf gives).  Pages before it
+ * are never read. */
+AICORE inline uint32_t FirstToken(const Tiling &t, uint32_t kvLen)
+{
+    if (t.windowLeft == PA_WINDOW_NONE || uint64_t(kvLen) <= uint64_t(t.qLen) + t.windowLeft) return 0;
+    return (kvLen - t.qLen - t.windowLeft) / t.blockSize * t.blockSize;
+}
+
+/* One (sequence, head range, KV range) unit of work.  empty: a zero-length sequence's head range (split 0).
+ * maskCols: the task's first columns that lie before the window (keys the query token does not see): they are
+ * loaded with their page and masked in the softmax; only the first task of a windowed sequence has any. */
 struct Task {
-    uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount;
+    uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount, maskCols;
     uint64_t addrQ, addrO, addrL, addrOfd;
     bool empty;
 };
 
-/* Splits a sequence of kvLen tokens actually has: ceil(round_up(kvLen, bs) / KVSPLIT). */
-/* The ABI's pa_kv_splits(), restated as device code (a plain host inline function cannot be called from an
- * AICORE function); tests/test_sim_kernel.py's split-KV cases hold the two to the same answer. */
+/* Splits a sequence of kvLen tokens actually has: ceil(round_up(kvLen - first, bs) / KVSPLIT), first the
+ * window's first page (FirstToken).  The ABI's pa_kv_splits(), restated as device code (a plain host inline
+ * function cannot be called from an AICORE function); tests/test_sim_kernel.py's split-KV cases hold the two to
+ * the same answer. */
 AICORE inline uint32_t SplitsOf(const Tiling &t, uint32_t kvLen)
 {
-    return CeilDiv(CeilDiv(kvLen, t.blockSize) * t.blockSize, t.kvSplit);
+    return CeilDiv(CeilDiv(kvLen - FirstToken(t, kvLen), t.blockSize) * t.blockSize, t.kvSplit);
 }
 
 AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t headStart, uint32_t headSplit, uint32_t split)
@@ -92,11 +112,17 @@ AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t headStart, 
     k.addrL = HiLo(t.SlotWord(slot, PA_BF_ADDR_L_HI), t.SlotWord(slot, PA_BF_ADDR_L_LO));
     k.addrOfd = HiLo(t.SlotWord(slot, PA_BF_ADDR_OFD_HI), t.SlotWord(slot, PA_BF_ADDR_OFD_LO));
     k.empty = k.kvLen == 0;
-    k.tokStart = split * t.kvSplit;
+    k.tokStart = FirstToken(t, k.kvLen) + split * t.kvSplit;
     k.tokCount = 0;
+    k.maskCols = 0;
     if (!k.empty) {
         const uint32_t splits = SplitsOf(t, k.kvLen);
         k.tokCount = split + 1 == splits ? k.kvLen - k.tokStart : t.kvSplit;
+        /* one query token at kvLen - 1 keeps keys kvLen - 1 - W .. kvLen - 1 */
+        if (t.windowLeft != PA_WINDOW_NONE && uint64_t(k.kvLen) > uint64_t(t.windowLeft) + 1) {
+            const uint32_t keep = k.kvLen - 1 - t.windowLeft;
+            if (keep > k.tokStart) k.maskCols = keep - k.tokStart < k.tokCount ? keep - k.tokStart : k.tokCount;
+        }
     }
     return k;
 }

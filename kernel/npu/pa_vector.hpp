@@ -9,6 +9,10 @@
  * tasks (the mirror of the cube's preload pipeline, across task boundaries), so dm and l_u are kept per stage
  * and m per task parity.  After the last unit O /= l and either the output
  * row (cast once) or, for split-KV, the normalised fp32 partial and lse = ln(l) + m are written.
+ * Decode features (one query token): a window's columns before its first key are set to -inf in the first
+ * unit's S (the pages before the window are not in the task at all); a sink joins l once, when the output
+ * row is written (l += exp(sink - m)), or in the combine for a split sequence; the lse row (sink included) is
+ * written beside the output, -inf for an empty sequence.
  */
 #ifndef PA_VECTOR_HPP
 #define PA_VECTOR_HPP
@@ -34,6 +38,9 @@ struct VectorCore {
     using ColFull = Tile<TileType::Vec, float, kVecRows, 1, BLayout::ColMajor>;
     using LseBlocks = Tile<TileType::Vec, float, kVecRows, kFloatsPerBlock, BLayout::RowMajor>;
     using LseOut = Tile<TileType::Vec, float, kVecRows, kFloatsPerBlock, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    /* The sinks of a task's rows as they arrive in their own 16-bit type (one staging buffer, two views). */
+    using SinkRowH = Tile<TileType::Vec, half, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
+    using SinkRowB = Tile<TileType::Vec, bfloat16_t, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
 
     /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O | O cast | per-row vectors. */
     static constexpr uint32_t kUbS = 0;
@@ -53,6 +60,8 @@ struct VectorCore {
         kColHm,
         kColPiece, /* a later piece's row max or row sum, folded into the unit's */
         kColLse,
+        kColSink,    /* the rows' sinks in fp32, then exp(sink - m) */
+        kColSinkRaw, /* the rows' sinks as loaded, when they are 16-bit */
         kColDm0,
         kColLl0 = kColDm0 + kStages,
         kColEnd = kColLl0 + kStages
@@ -63,7 +72,8 @@ struct VectorCore {
     const Tiling &t;
     uint32_t core, sub;
     Gm<T> p, o;
-    Gm<float> s, otmp, ocore, l;
+    Gm<float> s, otmp, ocore, l, lseGm; /* lseGm: PA_ARG_LSE, NULL without the lse */
+    __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
     uint32_t unitCounter = 0;
 
     AICORE inline Col ColAt(ColSlot slot, uint32_t rows)
@@ -81,14 +91,30 @@ struct VectorCore {
         return c;
     }
 
-    /* r x wl scores from GM offset `off` (row pitch: the hand-off) into S's UB buffer, times the scale; the
-     * caller puts the V barrier that orders the scaled S before its next use. */
-    AICORE inline void LoadScaled(SF &sT, uint64_t off, uint32_t r, uint32_t wl)
+    /* r x wl scores from GM offset `off` (row pitch: the hand-off) into S's UB buffer, times the scale, the
+     * first `masked` columns (keys before the window) then set to -inf; the caller puts the V barrier that
+     * orders the scaled S before its next use. */
+    AICORE inline void LoadScaled(SF &sT, uint64_t off, uint32_t r, uint32_t wl, uint32_t masked)
     {
         WaitFlag(kSUbFree);
         LoadNd(sT, s, off, r, wl, t.handoff, kTrafficScratch);
         Handoff(kSLoaded);
         MulS(sT, sT, t.scale);
+        if (masked != 0) {
+            SF before(r, masked); /* the same rows at S's pitch, its first columns only */
+            Assign(before, kUbS);
+            VecBarrier(kEdgeBarMask);
+            Fill(before, -__builtin_inff());
+        }
+    }
+
+    /* Masked columns of the piece at column w0 of the unit starting at task column unitStart: the task's columns
+     * before the window that fall in it. */
+    AICORE static inline uint32_t MaskedIn(const Task &tk, uint32_t unitStart, uint32_t w0, uint32_t wl)
+    {
+        const uint32_t first = unitStart + w0;
+        if (tk.maskCols <= first) return 0;
+        return tk.maskCols - first < wl ? tk.maskCols - first : wl;
     }
 
     /* softmax(u).  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.  A larger unit
@@ -102,6 +128,7 @@ struct VectorCore {
             const bool onePiece = len <= uint32_t(kPieceTokens);
             const uint64_t sRow = ScratchS(t, core, stage) + uint64_t(row0) * t.handoff;
             const uint64_t pRow = ScratchP(t, core, stage) + uint64_t(row0) * t.handoff;
+            const uint32_t unitStart = u * t.handoff;
             Col gm = ColAt(mSlot, r), lm = ColAt(kColLm, r), pm = ColAt(kColPiece, r);
             Row gmRow = RowAt(mSlot, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
             Row pieceRow = RowAt(kColPiece, r), dmRow = RowAt(ColSlot(kColDm0 + stage), r);
@@ -112,7 +139,10 @@ struct VectorCore {
                 SF sT(r, wl), pF(r, wl);
                 Assign(sT, kUbS);
                 Assign(pF, kUbPf);
-                LoadScaled(sT, sRow + w0, r, wl);
+                const uint32_t masked = MaskedIn(tk, unitStart, w0, wl);
+                LoadScaled(sT, sRow + w0, r, wl, masked);
+                Count(kCountScoreTile);
+                if (masked != 0) Count(kCountMaskedScoreTile);
                 VecBarrier(kEdgeBarScaled);
                 if (w0 == 0) {
                     RowMax(lm, sT, pF);
@@ -143,7 +173,7 @@ struct VectorCore {
                 Assign(pF, kUbPf);
                 Assign(pT, kUbPt);
                 if (!onePiece) {
-                    LoadScaled(sT, sRow + w0, r, wl);
+                    LoadScaled(sT, sRow + w0, r, wl, MaskedIn(tk, unitStart, w0, wl));
                     VecBarrier(kEdgeBarPieceScaled);
                 }
                 RowExpandSub(pF, sT, gm);
@@ -210,14 +240,22 @@ struct VectorCore {
         Col gl = ColAt(kColL, r);
         Row glRow = RowAt(kColL, r), gmRow = RowAt(mSlot, r), lseRow = RowAt(kColLse, r);
         VecBarrier(kEdgeBarFinal);
+        const bool oneSplit = !t.SplitKv() || SplitsOf(t, tk.kvLen) == 1;
+        if (oneSplit && t.sinksDtype != PA_SINKS_NONE) JoinSinks(head, r, gmRow, glRow);
         RowExpandDiv(oA, oA, gl);
         VecBarrier(kEdgeBarNormed);
-        if (!t.SplitKv() || SplitsOf(t, tk.kvLen) == 1) { /* one split: its output row, no partial to combine */
+        if (oneSplit) { /* its output row (and lse), no partial to combine; a split row's sink joins in the combine */
             OT oO(r, d);
             Assign(oO, kUbOout);
             Cvt(oO, oA, RoundMode::CAST_RINT);
+            if (t.lse) {
+                Log(lseRow, glRow);
+                VecBarrier(kEdgeBarLog);
+                Add(lseRow, lseRow, gmRow);
+            }
             Handoff(kOutReady);
             StoreNd(o, tk.addrO + uint64_t(head) * d, r, d, d, oO, kTrafficOther);
+            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, head), 1, r, r, lseRow, kTrafficOther);
             SetFlag(kOutUbFree);
             return;
         }
@@ -239,6 +277,28 @@ struct VectorCore {
         SetFlag(kOutUbFree);
     }
 
+    /* l += exp(sink - m) for the r rows from head `head` on: the sink joins the denominator once, as one more
+     * logit whose value is never multiplied into O. */
+    AICORE inline void JoinSinks(uint32_t head, uint32_t r, Row &gmRow, Row &glRow)
+    {
+        Row sink = RowAt(kColSink, r);
+        SinkRowH h16(r);
+        SinkRowB b16(r);
+        Assign(h16, kUbCols + kColSinkRaw * kColBytes);
+        Assign(b16, kUbCols + kColSinkRaw * kColBytes);
+        WaitFlag(kSinkUbFree);
+        LoadSinks(t, sinks, head, r, sink, h16, b16);
+        Handoff(kSinkLoaded);
+        if (WidenSinks(t, sink, h16, b16)) VecBarrier(kEdgeBarSinkWiden);
+        Sub(sink, sink, gmRow);
+        VecBarrier(kEdgeBarSinkShift);
+        Exp(sink, sink);
+        VecBarrier(kEdgeBarSinkExp);
+        Add(glRow, glRow, sink);
+        SetFlag(kSinkUbFree);
+        VecBarrier(kEdgeBarSinkJoined);
+    }
+
     /* The spread lse (Finish) as the r x 1 tile its store reads. */
     AICORE inline LseOut LseAsBlocks(uint32_t r)
     {
@@ -253,10 +313,13 @@ struct VectorCore {
         const uint32_t d = t.headDim;
         OT oO(r, d);
         Assign(oO, kUbOout);
+        Row lseRow = RowAt(kColLse, r);
         WaitFlag(kOutUbFree);
         Fill(oO, T(0.0f));
+        if (t.lse) Fill(lseRow, -__builtin_inff()); /* no key: the lse of an empty row is -inf */
         Handoff(kOutReady);
         StoreNd(o, tk.addrO + uint64_t(tk.headStart + row0) * d, r, d, d, oO, kTrafficOther);
+        if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, tk.headStart + row0), 1, r, r, lseRow, kTrafficOther);
         SetFlag(kOutUbFree);
     }
 
@@ -268,6 +331,7 @@ struct VectorCore {
         fn(kPUbFree);
         fn(kOtmpUbFree);
         fn(kOutUbFree);
+        fn(kSinkUbFree);
     }
 
     /* A unit whose update is still to run: the task, its rows on this sub-core, the unit and its stage. */
@@ -321,7 +385,7 @@ struct VectorCore {
         ForEachFreeFlag([](auto f) { WaitFlag(f); });
         if (t.SplitKv()) {
             VectorBarrier();
-            CombineCore<T, DCap> combine{t, core, sub, o, ocore, l};
+            CombineCore<T, DCap> combine{t, core, sub, o, ocore, l, lseGm, sinks};
             combine.Run(blockNum);
         }
     }

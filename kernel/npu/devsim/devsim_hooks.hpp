@@ -17,6 +17,11 @@ bool EdgeDropped(int edge);
 bool Mutated(int edge, int kind);
 /* Negative control of the kernel's L1 zero fills: the fills of kind `kind` (pa::ZeroFill) are skipped. */
 bool SkipZeroFill(int kind);
+/* Negative control of the store-atomic reset: the kernel's set_atomic_none at entry is skipped. */
+bool KeepInheritedAtomics();
+/* Negative control of initcheck: every TLOAD (LoadNd) from GM argument `slot` loads one row fewer than the tile's
+ * valid rows, leaving that row of on-chip memory unwritten (pa_sim_shorten_load). */
+bool ShortenedLoad(int slot);
 /* One event of the figures (pa::Counter). */
 void Count(int counter);
 /* The logical work item the calling core is on, for reports. */

@@ -8,8 +8,9 @@
  * Controls: PA_SIM_SEED (a launch's seed; unset: a fresh one per launch, reported with every failure and by
  * pa_sim_last_seed), PA_SIM_SOC (910B1..910B4, A3; default 910B2), PA_SIM_SWITCH_EVERY (mean intrinsics between
  * baton passes, default 16), PA_SIM_IN_FLIGHT (instructions a core's pipes hold before retiring, default 256; 0
- * retires in program order), PA_SIM_MAD_INPUT_CHECK (0 turns off the fault on a non-finite mad operand element, for
- * experiments; default on).  The same through pa_sim_set_seed / pa_sim_set_soc.
+ * retires in program order), PA_SIM_INITCHECK (0 turns initcheck's UNINIT faults off; on by default in checked
+ * mode), PA_SIM_MAD_INPUT_CHECK (0 turns off the fault on a non-finite mad operand element, for experiments;
+ * default on).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
 #include <chrono>
@@ -50,6 +51,8 @@ thread_local HostState host;
 
 std::atomic<int32_t> g_droppedEdge{-1};
 std::atomic<int32_t> g_skipZeroPadding{0}; /* pa_sim_skip_zero_padding: a mask of pa::ZeroFill kinds */
+std::atomic<bool> g_keepInheritedAtomics{false};
+std::atomic<int32_t> g_shortenedSlot{-1};
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
 std::atomic<int64_t> g_seed{-1};      /* -1: PA_SIM_SEED or a fresh seed per launch */
 std::atomic<uint64_t> g_lastSeed{0};
@@ -96,7 +99,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
         return PA_ERR_BAD_LAUNCH;
     }
     pa_contract contract;
-    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, 0 /* no v3 feature yet */, &host.lastError);
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, PA_NPU_KERNEL_FEATURES, &host.lastError);
     if (rc != PA_OK) return rc;
 
     LaunchConfig cfg;
@@ -107,6 +110,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     g_lastSeed = cfg.seed;
     cfg.checked = host.config.checked != 0;
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) cfg.dropSignal = std::atoll(drop);
+    if (const char *init = std::getenv("PA_SIM_INITCHECK")) cfg.initcheck = std::atoi(init) != 0;
     if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
     if (const char *depth = std::getenv("PA_SIM_IN_FLIGHT")) cfg.inFlight = uint32_t(std::max(0, std::atoi(depth)));
     if (const char *mad = std::getenv("PA_SIM_MAD_INPUT_CHECK")) cfg.checkMadInputs = std::strcmp(mad, "0") != 0;
@@ -120,7 +124,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
             case PA_ARG_K: case PA_ARG_V: kind = 1; break;
             case PA_ARG_S: case PA_ARG_P: case PA_ARG_O_TMP: kind = 2; written = true; break;
             case PA_ARG_O_CORE: case PA_ARG_L: kind = 3; written = true; break;
-            case PA_ARG_O: written = true; break;
+            case PA_ARG_O: case PA_ARG_LSE: written = true; break;
             default: break;
         }
         cfg.classes.push_back({start, start + bytes, kind});
@@ -157,6 +161,8 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     st.units = fig.units;
     st.tasks = fig.tasks;
     st.matmuls = fig.matmuls;
+    st.score_tiles = fig.scoreTiles;
+    st.masked_score_tiles = fig.maskedScoreTiles;
     std::memcpy(st.peak_bytes, fig.peak, sizeof(st.peak_bytes));
     const uint32_t caps[PA_SIM_REGIONS] = {pa::kUbBytes, pa::kL1Bytes, pa::kL0aBytes, pa::kL0bBytes, pa::kL0cBytes};
     std::memcpy(st.capacity_bytes, caps, sizeof(caps));
@@ -184,6 +190,8 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
 
 namespace pa::devsim {
 bool SkipZeroFill(int kind) { return (g_skipZeroPadding.load(std::memory_order_relaxed) & kind) == kind; }
+bool KeepInheritedAtomics() { return g_keepInheritedAtomics.load(std::memory_order_relaxed); }
+bool ShortenedLoad(int slot) { return g_shortenedSlot.load(std::memory_order_relaxed) == slot; }
 bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
 bool Mutated(int edge, int kind) { return g_mutationKind == kind && g_mutationEdge == edge; }
 void Count(int counter)
@@ -195,6 +203,8 @@ void Count(int counter)
         case pa::kCountUnit: ++f->units; break;
         case pa::kCountTask: ++f->tasks; break;
         case pa::kCountMatmul: ++f->matmuls; break;
+        case pa::kCountScoreTile: ++f->scoreTiles; break;
+        case pa::kCountMaskedScoreTile: ++f->maskedScoreTiles; break;
         default: break;
     }
 }
@@ -229,6 +239,9 @@ extern "C" {
 int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
+
+/* The ABI v3/v4 features the kernel executes (kernel/npu/pa_config.hpp). */
+uint32_t pa_supported_features(void) { return PA_NPU_KERNEL_FEATURES; }
 
 /* 1: this library runs the kernel's A2/A3 code path on the intrinsic emulator. */
 int32_t pa_sim_device_path(void) { return 1; }
@@ -287,6 +300,8 @@ int32_t pa_sim_set_timeout_ms(int32_t ms)
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
 void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on; }
+void pa_sim_keep_inherited_atomics(int32_t on) { g_keepInheritedAtomics = on != 0; }
+void pa_sim_shorten_load(int32_t slot) { g_shortenedSlot = slot; }
 void pa_sim_mutate_sync(int32_t kind, int32_t edge)
 {
     g_mutationKind = kind;

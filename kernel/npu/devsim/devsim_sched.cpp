@@ -309,6 +309,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
             a->core = emu::MakeCore(soc, role == 0 ? emu::CoreKind::Cube : emu::CoreKind::Vector, int(b), role == 0 ? 0 : role - 1,
                                     cfg.seed);
             emu::RandomiseModeState(a->core, cfg.seed * 1315423911ull + a->index);
+            emu::SetInitCheck(a->core, cfg.checked && cfg.initcheck);
             emu::SetPipeReorder(a->core, cfg.inFlight, cfg.seed * 2654435761ull + a->index);
             a->core.check_mad_inputs = cfg.checkMadInputs;
             labels.push_back(Label(b, role));
@@ -358,6 +359,8 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
         figures.units += f.units;
         figures.tasks += f.tasks;
         figures.matmuls += f.matmuls;
+        figures.scoreTiles += f.scoreTiles;
+        figures.maskedScoreTiles += f.maskedScoreTiles;
         figures.intrinsics += f.intrinsics;
         figures.switches += f.switches;
         for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);

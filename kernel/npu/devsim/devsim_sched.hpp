@@ -29,6 +29,7 @@
 
 #include "devsim_hazard.hpp"
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 
 namespace pa::devsim {
 
@@ -38,6 +39,7 @@ inline constexpr int kRoles = 3; /* cube, vector 0, vector 1 */
 struct Figures {
     uint64_t gmReadBytes = 0, gmWriteBytes = 0, kvReadBytes = 0, scratchBytes = 0, partialBytes = 0;
     uint64_t handoffs = 0, units = 0, tasks = 0, matmuls = 0, intrinsics = 0, switches = 0;
+    uint64_t scoreTiles = 0, maskedScoreTiles = 0;
     uint32_t peak[5] = {}; /* UB, L1, L0A, L0B, L0C: highest end offset touched */
 };
 
@@ -55,6 +57,7 @@ struct LaunchConfig {
     uint32_t inFlight = 256;                               /* per core: instructions queued in its pipes (0: program order) */
     bool checked = true;                                   /* hazard checker on */
     bool checkMadInputs = true;                            /* a non-finite mad operand element faults (PA_SIM_MAD_INPUT_CHECK) */
+    bool initcheck = true;                                 /* with checked: UNINIT faults (emu_initcheck.hpp) */
     int64_t dropSignal = -1;                               /* fault injection: the n-th FFTS message is lost */
     std::vector<std::pair<uint64_t, uint64_t>> gmBuffers;  /* every registered argument range */
     std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> watched; /* written buffers, named */

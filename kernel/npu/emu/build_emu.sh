@@ -52,7 +52,7 @@ bash "$HERE/gen_unemulated.sh" "$PTO_INC" "$OBJ/gen/emu_unemulated.hpp" || fail 
 
 BF16=(-D__STDCPP_BFLOAT16_T__=1 -isystem "$NPU/sim/shim")
 WARN=(-Wall -Wextra -Werror -Wno-unused-parameter)
-EMU_SRC=(emu_core emu_pipes emu_control emu_vector emu_dma emu_cube emu_capi emu_numeric_rt)
+EMU_SRC=(emu_core emu_initcheck emu_pipes emu_control emu_vector emu_dma emu_cube emu_atomic emu_capi emu_numeric_rt)
 say "compiling the emulator with $CXX"
 objs=()
 for src in "${EMU_SRC[@]}"; do

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 
 using namespace pa::emu;
@@ -22,6 +23,9 @@ namespace {
 
 thread_local std::string g_error;
 std::vector<std::unique_ptr<Core>> g_cores;
+std::vector<Access> g_lastAccesses; /* what the last reported instruction touched (pa_emu_record_accesses) */
+
+void RememberAccesses(const Issue &issue) { g_lastAccesses = issue.accesses; }
 
 using A = const int64_t *;
 void *On(int64_t offset) { return reinterpret_cast<void *>(uint64_t(offset) | kOnChipTag); }
@@ -132,6 +136,16 @@ const std::map<std::string, Entry> &Table()
         {"pipe_barrier", {1, [](A a) { pipe_barrier(int(a[0])); }}},
         {"ffts_cross_core_sync", {2, [](A a) { ffts_cross_core_sync(int(a[0]), uint64_t(a[1])); }}},
         {"wait_flag_dev", {1, [](A a) { wait_flag_dev(a[0]); }}},
+        {"set_atomic_none", {0, [](A) { set_atomic_none(); }}},
+        {"set_atomic_add", {0, [](A) { set_atomic_add(); }}},
+        {"set_atomic_max", {0, [](A) { set_atomic_max(); }}},
+        {"set_atomic_min", {0, [](A) { set_atomic_min(); }}},
+        {"set_atomic_f32", {0, [](A) { set_atomic_f32(); }}},
+        {"set_atomic_f16", {0, [](A) { set_atomic_f16(); }}},
+        {"set_atomic_bf16", {0, [](A) { set_atomic_bf16(); }}},
+        {"set_atomic_s32", {0, [](A) { set_atomic_s32(); }}},
+        {"set_atomic_s16", {0, [](A) { set_atomic_s16(); }}},
+        {"set_atomic_s8", {0, [](A) { set_atomic_s8(); }}},
     };
     return table;
 }
@@ -210,6 +224,52 @@ int32_t pa_emu_register_gm(const void *ptr, uint64_t bytes)
 int32_t pa_emu_clear_gm(void)
 {
     return Guard([] { ClearGm(); });
+}
+
+/* on != 0: keep what each reported instruction touches, for pa_emu_last_accesses (the hazard checker's view). */
+int32_t pa_emu_record_accesses(int32_t on)
+{
+    SetIssueHook(on ? RememberAccesses : nullptr);
+    g_lastAccesses.clear();
+    return 0;
+}
+
+/* The last reported instruction's accesses as (space, start, bytes, write) quadruples, at most `max`; their count. */
+int32_t pa_emu_last_accesses(int64_t *out, int32_t max)
+{
+    int32_t n = 0;
+    for (const Access &a : g_lastAccesses) {
+        if (n == max) break;
+        out[4 * n] = int64_t(a.space);
+        out[4 * n + 1] = int64_t(a.start);
+        out[4 * n + 2] = int64_t(a.bytes);
+        out[4 * n + 3] = a.write ? 1 : 0;
+        ++n;
+    }
+    return n;
+}
+
+/* The selected core's mode state as a previous kernel may leave it (RandomiseModeState), from `seed`. */
+int32_t pa_emu_randomise_mode_state(uint64_t seed)
+{
+    return Guard([&] { RandomiseModeState(Current(), seed); });
+}
+
+/* initcheck on the selected core (emu_initcheck.hpp): on != 0 starts it with every byte unwritten, 0 turns it
+ * off (a new core starts with it off: the known-answer tests fill buffers from the host). */
+int32_t pa_emu_initcheck(int32_t on)
+{
+    return Guard([&] { SetInitCheck(Current(), on != 0); });
+}
+
+/* Declares bytes [offset, offset + bytes) of buffer `space` (1 UB .. 5 L0C) of the selected core written, as a
+ * host fill through pa_emu_buffer is invisible to initcheck. */
+int32_t pa_emu_mark_written(int32_t space, uint64_t offset, uint64_t bytes)
+{
+    return Guard([&] {
+        if (space < 1 || space > 5) throw Fault("emu fault: no buffer " + std::to_string(space));
+        MarkWritten(static_cast<Space>(space), offset, bytes);
+    });
 }
 
 /* Read or write the selected core's CTRL register. */

@@ -1,5 +1,6 @@
 /* The emulated core's state, the fault path and the operand decoders (see emu_core.hpp). */
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 
 #include <cinttypes>
 #include <cstdio>
@@ -37,18 +38,6 @@ std::string CoreLabel()
     return text;
 }
 
-std::vector<uint8_t> *Buffer(Core &core, Space space)
-{
-    switch (space) {
-        case Space::UB: return &core.ub;
-        case Space::L1: return &core.l1;
-        case Space::L0A: return &core.l0a;
-        case Space::L0B: return &core.l0b;
-        case Space::L0C: return &core.l0c;
-        default: return nullptr;
-    }
-}
-
 /* splitmix64: the hostile fill's generator. */
 uint64_t Mix(uint64_t &state)
 {
@@ -70,6 +59,18 @@ void Hostile(std::vector<uint8_t> &buffer, uint64_t seed)
 }
 
 }  // namespace
+
+std::vector<uint8_t> *Buffer(Core &core, Space space)
+{
+    switch (space) {
+        case Space::UB: return &core.ub;
+        case Space::L1: return &core.l1;
+        case Space::L0A: return &core.l0a;
+        case Space::L0B: return &core.l0b;
+        case Space::L0C: return &core.l0c;
+        default: return nullptr;
+    }
+}
 
 const char *SpaceName(Space space)
 {
@@ -229,7 +230,8 @@ uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes)
     std::memcpy(&value, at, bytes);
     Issue issue{"scalar load", Pipe::S, {{space, OnChipOffset(ptr, "scalar load", Pipe::S, "address"), bytes, false}}};
     issue.kind = Kind::ScalarRead;
-    Report(issue);
+    Report(issue); /* the hazard checker first: an unordered read is a hazard before it is anything else */
+    if (const Taint *shadow = ShadowAt(space, at)) Reads("scalar load").Check(Pipe::S, "address", space, shadow, bytes, kToScalar);
     return value;
 }
 
@@ -244,6 +246,9 @@ void RandomiseModeState(Core &core, uint64_t seed)
     core.fmatrix_b = Mix(s);
     core.nd_para = Mix(s);
     /* *_set stay false: an img2col or an ND store before the kernel's own set_fmatrix / set_nd_para faults */
+    core.atomic_op = StoreAtomicOp(Mix(s) % 4);
+    core.atomic_type = StoreAtomicType(Mix(s) % 6);
+    core.atomic_op_set = core.atomic_type_set = false; /* a GM store before the kernel's set_atomic_* faults */
 }
 
 void Report(const Issue &issue)

@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace pa::emu {
@@ -49,6 +51,10 @@ struct SocSpec {
 };
 const SocSpec &Soc(const char *name);
 
+/* The store-atomic mode (CCE "Atomic原子操作"): GM stores of UB (MTE3) and L0C (FIX) data add, max or min into GM. */
+enum class StoreAtomicOp : uint8_t { None, Add, Max, Min };
+enum class StoreAtomicType : uint8_t { F32, F16, Bf16, S32, S16, S8 };
+
 /* An instruction issued to a pipe and not yet retired (emu_pipes.cpp): its operands were checked and its
  * mode state captured at issue; `body` moves the data when the pipe retires it. */
 enum class Kind : uint8_t;
@@ -59,6 +65,22 @@ struct Pending {
     std::function<void()> body;
 };
 
+/* initcheck (emu_initcheck.hpp): per byte of each on-chip buffer, 0 when written in this launch from data that
+ * derives from written bytes only, kUnwritten when never written, else the id of the origin of the unwritten data
+ * the byte derives from (origins[id - 1]: the first instruction that read unwritten bytes, its region and offset). */
+using Taint = uint16_t;
+struct InitOrigin {
+    const char *intrinsic;
+    Space space;
+    uint64_t offset;
+};
+struct InitShadow {
+    bool on = false;
+    std::vector<Taint> ub, l1, l0a, l0b, l0c;
+    std::vector<InitOrigin> origins;
+    std::map<std::tuple<const char *, Space, uint64_t>, Taint> known; /* an origin seen again keeps its id */
+};
+
 struct Core {
     CoreKind kind = CoreKind::Vector;
     int block = 0;
@@ -66,12 +88,17 @@ struct Core {
     std::vector<uint8_t> ub, l1, l0a, l0b, l0c;
     bool mask_counter = false;             /* set_mask_count / set_mask_norm */
     uint64_t mask_hi = ~0ull, mask_lo = ~0ull;
-    uint64_t ctrl = 0;                     /* CTRL: bit 48 float saturation off when 1, bit 59 int truncation */
+    uint64_t ctrl = 0;                     /* CTRL: bit 48 float saturation off when 1 (the only bit A2/A3 documents) */
     uint64_t fmatrix = 0, fmatrix_b = 0;   /* set_fmatrix / set_fmatrix_b */
     bool fmatrix_set = false, fmatrix_b_set = false;
     uint64_t nd_para = 0;                  /* set_nd_para */
     bool nd_para_set = false;
     bool check_mad_inputs = true;          /* mad faults on a non-finite operand element (emu_cube.cpp) */
+    /* Store atomics (emu_atomic.cpp): the operation and element type GM stores apply (set_atomic_*), and whether
+     * each was set in this launch (false: what the previous kernel on the core left, RandomiseModeState). */
+    StoreAtomicOp atomic_op = StoreAtomicOp::None;
+    StoreAtomicType atomic_type = StoreAtomicType::F32;
+    bool atomic_op_set = true, atomic_type_set = false;
     uint8_t flag[kPipes][kPipes][kEvents] = {};
     uint8_t cross[kCrossFlags] = {};
     uint64_t ffts_base = 0;
@@ -83,6 +110,7 @@ struct Core {
     uint64_t retire_state = 0;
     uint8_t pipe_rank[kPipes] = {};  /* which pipe runs ahead for now: reshuffled every kRankPeriod retirements */
     uint32_t retired = 0;
+    InitShadow init;
 };
 
 /* A core of `kind` for `soc`, its buffers filled with a seeded hostile pattern (never zero: NaN payloads and
@@ -105,6 +133,8 @@ void CheckRange(const char *intrinsic, Pipe pipe, const char *field, uint64_t va
  * has that buffer, the alignment (bytes) and the bounds. */
 uint8_t *OnChip(Space space, const void *ptr, uint64_t bytes, unsigned align, const char *intrinsic, Pipe pipe,
                 const char *operand);
+/* The on-chip buffer `space` of `core` (null for GM). */
+std::vector<uint8_t> *Buffer(Core &core, Space space);
 /* The byte offset an on-chip pointer stands for (no bounds check). */
 uint64_t OnChipOffset(const void *ptr, const char *intrinsic, Pipe pipe, const char *operand);
 uint8_t *Gm(const void *ptr, uint64_t bytes, const char *intrinsic, Pipe pipe, const char *operand);
@@ -173,8 +203,21 @@ void SetCrossWaitHook(CrossWaitHook hook);
  * scalar unit's load of a __ubuf__/__cbuf__ pointer: reported as a ScalarRead on the S pipe. */
 uint64_t ScalarLoad(Space space, const void *ptr, unsigned bytes);
 
+/* The store-atomic mode a GM store of `elemBytes`-byte elements latches at issue (emu_atomic.cpp): faults when the
+ * mode is inherited from the previous kernel, its type does not match the element, or the path does not document
+ * the operation (`fixpipe`: L0C -> GM takes only add). */
+struct StoreAtomic {
+    StoreAtomicOp op;
+    StoreAtomicType type;
+};
+StoreAtomic LatchStoreAtomic(const char *intrinsic, Pipe pipe, uint32_t elemBytes, bool fixpipe);
+/* Writes `bytes` bytes of elements from `src` to GM at `dst` under `mode` (a copy when op is None); a non-finite
+ * float operand or result and an integer overflow fault (the device's handling is not published). */
+void StoreWithAtomic(const StoreAtomic &mode, uint8_t *dst, const uint8_t *src, uint64_t bytes, const char *intrinsic,
+                     Pipe pipe);
+
 /* The mode state a kernel finds at entry on a device is whatever the previous kernel on that core left: vector
- * mask mode and bits, CTRL, FMATRIX, ND_PARA.  Randomised from `seed` (flags and cross-core counters stay
+ * mask mode and bits, CTRL, FMATRIX, ND_PARA, the store-atomic mode.  Randomised from `seed` (flags and cross-core counters stay
  * clear: a kernel that ends with one pending is a defect the checker reports). */
 void RandomiseModeState(Core &core, uint64_t seed);
 

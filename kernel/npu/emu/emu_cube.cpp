@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 #include "emu_numeric.hpp"
 
@@ -74,7 +75,10 @@ void Img2col(const char *name, Space target, void *dst, void *src, const u16f &k
     uint8_t *out = OnChip(target, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({target, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
+    const Taint *shadowIn = ShadowAt(Space::L1, in);
+    Taint *shadowOut = ShadowAt(target, out);
     Execute({name, Pipe::MTE1, acc}, [=] {
+        Reads reads(name);
         for (uint64_t m = 0; m < mExt; ++m) {
             for (uint64_t k = 0; k < kExt; ++k) {
                 const uint64_t p = mStart + m, c = kStart + k;
@@ -82,6 +86,7 @@ void Img2col(const char *name, Space target, void *dst, void *src, const u16f &k
                 const uint64_t inner = useB ? (k % 16) * 16 + m % 16 : (m % 16) * 16 + k % 16;
                 const uint64_t to = (m / 16) * kExt * 16 + (k / 16) * 256 + inner;
                 std::memcpy(out + to * 2, in + from * 2, 2);
+                if (shadowIn) reads.Copy(Space::L1, shadowIn + from * 2, shadowOut + to * 2, 2);
             }
         }
     });
@@ -129,6 +134,33 @@ float SaturateOutput(float x, bool saturate)
     return x > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
 }
 
+/* initcheck of mad (emu_initcheck.hpp): C[i][j] derives from unwritten bytes iff some A[i][l] or B[l][j], l < k,
+ * does (or, accumulating, C[i][j] did): per row of A and column of B once, then per element of C. */
+void MadTaint(const char *name, const Taint *a, const Taint *b, Taint *c, uint64_t m, uint64_t k, uint64_t n, bool init)
+{
+    const uint64_t mp = Up16(m), kp = Up16(k), np = Up16(n);
+    Reads reads(name);
+    std::vector<Taint> rowA(m, kClean), colB(n, kClean);
+    for (uint64_t i = 0; i < m; ++i) {
+        for (uint64_t l = 0; l < k && rowA[i] == kClean; ++l) {
+            rowA[i] = reads.Of(Space::L0A, a + ((i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16) * 2, 2);
+        }
+    }
+    for (uint64_t j = 0; j < n; ++j) {
+        for (uint64_t l = 0; l < k && colB[j] == kClean; ++l) {
+            colB[j] = reads.Of(Space::L0B, b + ((l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16) * 2, 2);
+        }
+    }
+    for (uint64_t i = 0; i < m; ++i) {
+        for (uint64_t j = 0; j < n; ++j) {
+            Taint *out = c + ((j / 16) * mp * 16 + i * 16 + j % 16) * 4;
+            Taint t = rowA[i] != kClean ? rowA[i] : colB[j];
+            if (t == kClean && !init) t = reads.Of(Space::L0C, out, 4);
+            Mark(out, 4, t);
+        }
+    }
+}
+
 template <typename In>
 void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF, const u8f &unitFlag,
          bool kAlign, bool source, bool init)
@@ -154,6 +186,9 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
     const bool saturate = ((core.ctrl >> 48) & 1) == 0, check = core.check_mad_inputs;
     auto aAt = [=](uint64_t i, uint64_t l) { return (i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16; };
     auto bAt = [=](uint64_t l, uint64_t j) { return (l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16; };
+    const Taint *shadowA = ShadowAt(Space::L0A, reinterpret_cast<const uint8_t *>(A));
+    const Taint *shadowB = ShadowAt(Space::L0B, reinterpret_cast<const uint8_t *>(B));
+    Taint *shadowC = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(C));
     auto multiply = [=] {
         if (check) { /* at retire: the operands as the M pipe reads them */
             for (uint64_t i = 0; i < m; ++i) {
@@ -163,6 +198,7 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
                 for (uint64_t j = 0; j < n; ++j) CheckFinite(B, bBase, bAt(l, j), "b", Space::L0B, l, j);
             }
         }
+        if (shadowA) MadTaint(name, shadowA, shadowB, shadowC, m, k, n, init);
         for (uint64_t i = 0; i < m; ++i) {
             for (uint64_t j = 0; j < n; ++j) {
                 float sum = 0.0f;
@@ -234,9 +270,15 @@ void load_cbuf_to_cb(void *dst, void *src, u16f baseIdxF, u8f repeatF, u16f srcS
     uint8_t *out = OnChip(Space::L0B, dst, dstBytes, kFractal, name, Pipe::MTE1, "dst");
     acc.push_back({Space::L1, OnChipOffset(src, name, Pipe::MTE1, "src"), srcBytes, false});
     acc.push_back({Space::L0B, OnChipOffset(dst, name, Pipe::MTE1, "dst"), dstBytes, true});
+    const Taint *shadowIn = ShadowAt(Space::L1, in);
+    Taint *shadowOut = ShadowAt(Space::L0B, out);
     Execute({name, Pipe::MTE1, acc}, [=] {
+        Reads reads(name);
         for (uint64_t r = 0; r < repeat; ++r) {
             std::memcpy(out + r * (gap + 1) * kFractal, in + (base + r * stride) * kFractal, kFractal);
+            if (shadowIn) {
+                reads.Copy(Space::L1, shadowIn + (base + r * stride) * kFractal, shadowOut + r * (gap + 1) * kFractal, kFractal);
+            }
         }
     });
 }
@@ -262,7 +304,10 @@ void set_nd_para(uint64_t config)
 
 /* Fixpipe, two-register form: Xm = NSize[15:4] | MSize[31:16] | dst stride[63:32]; Xt = src stride[15:0] |
  * unit flag[33:32] | quant[38:34] | relu[41:39] | channel split[42] | NZ2ND[43].  With NZ2ND, row j < MSize,
- * column c < NSize of the result goes to dst + j x dstStride + c elements, converted by the quant mode. */
+ * column c < NSize of the result goes to dst + j x dstStride + c elements, converted by the quant mode and
+ * combined with GM's contents by the store-atomic mode latched at issue (add only, emu_atomic.cpp).  NSize need
+ * not be a multiple of 16 with NZ2ND (ASC Fixpipe, FixpipeParamsV220: that rule is the NZ output's); MSize is
+ * at most 8192 with NZ2ND. */
 void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
 {
     const char *name = "copy_matrix_cc_to_gm";
@@ -279,6 +324,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     if (ndNum != 1) Raise(name, Pipe::FIX, "ND_PARA.ndNum", ndNum, "only ndNum = 1 is emulated");
     std::vector<Access> acc;
     if (nSize == 0 || mSize == 0) return Report({name, Pipe::FIX, acc});
+    CheckRange(name, Pipe::FIX, "Xm.MSize", mSize, 1, 8192);
     if (dstStride < nSize) Raise(name, Pipe::FIX, "Xm.dstStride", dstStride, "rows of the result would overlap");
     if (srcStride < mSize || srcStride % 16) {
         Raise(name, Pipe::FIX, "Xt.srcStride", srcStride, "must be MSize rounded up to 16 (fractal column height)");
@@ -294,14 +340,23 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
     const float *in = reinterpret_cast<const float *>(OnChip(Space::L0C, src, srcBytes, 64, name, Pipe::FIX, "src"));
     uint8_t *out = Gm(dst, dstBytes, name, Pipe::FIX, "dst");
     const bool saturate = ((core.ctrl >> 48) & 1) == 0;
+    const StoreAtomic atomic = LatchStoreAtomic(name, Pipe::FIX, outBytes, true);
     acc.push_back({Space::L0C, OnChipOffset(src, name, Pipe::FIX, "src"), srcBytes, false});
-    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), mSize, nSize * outBytes,
-               dstStride * outBytes, true);
+    const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(dst));
+    if (atomic.op != StoreAtomicOp::None) {
+        AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, false); /* read-modify-write */
+    }
+    AddStrided(acc, Space::GM, gmAt, mSize, nSize * outBytes, dstStride * outBytes, true);
+    const Taint *shadow = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(in));
     Execute({name, Pipe::FIX, acc}, [=] {
+        Reads reads(name);
+        std::vector<uint8_t> row(nSize * outBytes);
         for (uint64_t j = 0; j < mSize; ++j) {
             for (uint64_t col = 0; col < nSize; ++col) {
-                const float x = in[(col / 16) * srcStride * 16 + j * 16 + col % 16];
-                uint8_t *to = out + (j * dstStride + col) * outBytes;
+                const uint64_t at = (col / 16) * srcStride * 16 + j * 16 + col % 16;
+                if (shadow) reads.Check(Pipe::FIX, "src", Space::L0C, shadow + at * 4, 4, kToGm);
+                const float x = in[at];
+                uint8_t *to = row.data() + col * outBytes;
                 if (quant == 0) {
                     std::memcpy(to, &x, 4);
                 } else {
@@ -310,6 +365,7 @@ void copy_matrix_cc_to_gm(void *dst, void *src, uint64_t xm, uint64_t xt)
                     std::memcpy(to, &h, 2);
                 }
             }
+            StoreWithAtomic(atomic, out + j * dstStride * outBytes, row.data(), row.size(), name, Pipe::FIX);
         }
     });
 }

@@ -4,14 +4,18 @@
  *
  * GM -> UB: burst i reads lenBurst bytes at src + i x (lenBurst + srcGap) bytes and lands at the next 32-byte
  * block boundary of UB after the previous burst plus dstGap blocks; a burst occupies
- * ceil((left + len + right) / 32) blocks.  The bytes of those blocks that no source byte fills (configured
- * padding and the dummy tail) are written with kDummy, a NaN pattern: the device leaves values there a kernel
- * must not rely on, and the emulator makes such reliance visible.
+ * ceil((left + len + right) / 32) blocks.  The bytes of those blocks that no source byte fills are dummy data:
+ * without padding, copies of the burst's first element (CCE copy_gm_to_ubuf_align); with padding, repeats of
+ * set_mov_pad_val's value, which is not emulated, so padding and its dummy bytes get kDummy, a NaN pattern that
+ * makes reliance on them visible.
+ *
+ * UB -> GM stores apply the store-atomic mode they latch at issue (emu_atomic.cpp).
  */
 #include <cstring>
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 
 namespace pa::emu {
@@ -45,11 +49,15 @@ void GmToUb(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(src)), nBurst, len, len + srcGap, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::MTE2, "dst"), nBurst, burstBlocks * kBlock,
                (burstBlocks + dstGap) * kBlock, true);
+    const bool padded = left != 0 || right != 0;
+    Taint *shadow = ShadowAt(Space::UB, out); /* the padding and dummy bytes are written too */
     Execute({name, Pipe::MTE2, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
             uint8_t *burst = out + i * (burstBlocks + dstGap) * kBlock;
-            for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = kDummy[b % 4];
-            std::memcpy(burst + left, in + i * (len + srcGap), len);
+            const uint8_t *from = in + i * (len + srcGap);
+            for (uint64_t b = 0; b < burstBlocks * kBlock; ++b) burst[b] = padded ? kDummy[b % 4] : from[b % elem];
+            std::memcpy(burst + left, from, len);
+            if (shadow) Mark(shadow + (burst - out), burstBlocks * kBlock, kClean);
         }
     });
 }
@@ -73,12 +81,18 @@ void UbToGm(const char *name, void *dst, void *src, uint32_t elem, const u8f &si
     const uint64_t gmBytes = (nBurst - 1) * (len + dstGap) + len;
     const uint8_t *in = OnChip(Space::UB, src, ubBytes, kBlock, name, Pipe::MTE3, "src");
     uint8_t *out = Gm(dst, gmBytes, name, Pipe::MTE3, "dst");
+    const StoreAtomic atomic = LatchStoreAtomic(name, Pipe::MTE3, elem, false);
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::MTE3, "src"), nBurst, burstBlocks * kBlock,
                (burstBlocks + srcGap) * kBlock, false);
-    AddStrided(acc, Space::GM, uint64_t(reinterpret_cast<uintptr_t>(dst)), nBurst, len, len + dstGap, true);
+    const uint64_t gmAt = uint64_t(reinterpret_cast<uintptr_t>(dst));
+    if (atomic.op != StoreAtomicOp::None) AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, false);
+    AddStrided(acc, Space::GM, gmAt, nBurst, len, len + dstGap, true); /* an atomic store reads, then writes */
+    const Taint *shadow = ShadowAt(Space::UB, in);
     Execute({name, Pipe::MTE3, acc}, [=] {
         for (uint64_t i = 0; i < nBurst; ++i) {
-            std::memcpy(out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len);
+            if (shadow) Reads(name).Check(Pipe::MTE3, "src", Space::UB, shadow + i * (burstBlocks + srcGap) * kBlock, len, kToGm);
+            StoreWithAtomic(atomic, out + i * (len + dstGap), in + i * (burstBlocks + srcGap) * kBlock, len, name,
+                            Pipe::MTE3);
         }
     });
 }
@@ -94,10 +108,12 @@ void Fill(const char *name, void *dst, int64_t config, Value value)
     const uint64_t bytes = ((repeat - 1) * (blocks + gap) + blocks) * kBlock;
     uint8_t *out = OnChip(Space::L1, dst, bytes, kBlock, name, Pipe::MTE2, "dst");
     acc.push_back({Space::L1, OnChipOffset(dst, name, Pipe::MTE2, "dst"), bytes, true});
+    Taint *shadow = ShadowAt(Space::L1, out);
     Execute({name, Pipe::MTE2, acc}, [=] {
         for (uint64_t r = 0; r < repeat; ++r) {
             uint8_t *run = out + r * (blocks + gap) * kBlock;
             for (uint64_t b = 0; b < blocks * kBlock; b += sizeof(Value)) std::memcpy(run + b, &value, sizeof(Value));
+            if (shadow) Mark(shadow + (run - out), blocks * kBlock, kClean);
         }
     });
 }
@@ -138,8 +154,16 @@ void copy_ubuf_to_ubuf(void *dst, void *src, u8f sid, u16f nBurstF, u16f lenF, u
     std::vector<Access> acc;
     AddStrided(acc, Space::UB, OnChipOffset(src, name, Pipe::V, "src"), n, len * kBlock, (len + sg) * kBlock, false);
     AddStrided(acc, Space::UB, OnChipOffset(dst, name, Pipe::V, "dst"), n, len * kBlock, (len + dg) * kBlock, true);
+    const Taint *shadowIn = ShadowAt(Space::UB, in);
+    Taint *shadowOut = ShadowAt(Space::UB, out);
     Execute({name, Pipe::V, acc}, [=] {
-        for (uint64_t i = 0; i < n; ++i) std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
+        std::vector<Taint> burst(shadowIn ? len * kBlock : 0);
+        for (uint64_t i = 0; i < n; ++i) {
+            std::memmove(out + i * (len + dg) * kBlock, in + i * (len + sg) * kBlock, len * kBlock);
+            if (!shadowIn) continue;
+            Reads(name).Copy(Space::UB, shadowIn + i * (len + sg) * kBlock, burst.data(), len * kBlock);
+            std::copy(burst.begin(), burst.end(), shadowOut + i * (len + dg) * kBlock);
+        }
     });
 }
 
@@ -171,6 +195,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
     const uint64_t l1Bytes = (ndNum - 1) * dstNd * e + ((nValue - 1) * nStride + (rowBlocks - 1) * c0 + 1) * kBlock;
     const uint8_t *in = Gm(src, gmBytes, name, Pipe::MTE2, "src");
     uint8_t *out = OnChip(Space::L1, dst, l1Bytes, kBlock, name, Pipe::MTE2, "dst");
+    Taint *shadow = ShadowAt(Space::L1, out); /* the zero padding of a row's last block is written too */
     auto move = [=] {
         for (uint64_t i = 0; i < ndNum; ++i) {
             for (uint64_t j = 0; j < nValue; ++j) {
@@ -179,6 +204,7 @@ void copy_gm_to_cbuf_multi_nd2nz_b16(void *dst, void *src, u8f sid, u16f ndNumF,
                     const uint64_t cols = (k + 1) * perBlock <= dValue ? perBlock : dValue - k * perBlock;
                     std::memset(block, 0, kBlock);
                     std::memcpy(block, in + (i * srcNd + j * srcD + k * perBlock) * e, cols * e);
+                    if (shadow) Mark(shadow + (block - out), kBlock, kClean);
                 }
             }
         }

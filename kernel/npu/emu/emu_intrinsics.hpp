@@ -155,6 +155,18 @@ void vconv_f162f32(float *dst, _Float16 *src, u8f repeat, u16f dstBlockStride, u
 void vconv_bf162f32(float *dst, bf16_t *src, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
                     u8f dstRepeatStride, u8f srcRepeatStride);
 
+/* ---- store atomics: what later GM stores (MTE3, FIX) do with GM's contents (SEMANTICS.md "Store atomics") -- */
+void set_atomic_none();
+void set_atomic_add();
+void set_atomic_max();
+void set_atomic_min();
+void set_atomic_f32();
+void set_atomic_f16();
+void set_atomic_bf16();
+void set_atomic_s32();
+void set_atomic_s16();
+void set_atomic_s8();
+
 /* ---- control: vector mask, CTRL, flags, barriers, cross-core sync, core ids ------------------------------- */
 void set_mask_count();
 void set_mask_norm();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "emu_core.hpp"
+#include "emu_initcheck.hpp"
 #include "emu_intrinsics.hpp"
 #include "emu_numeric.hpp"
 
@@ -64,6 +65,7 @@ LanePlan Lanes(uint32_t lanes, uint8_t repeat)
 /* An operand: its UB bytes (bounds-checked once for everything the instruction can touch) and strides. */
 struct Operand {
     uint8_t *base = nullptr;
+    Taint *shadow = nullptr; /* initcheck's shadow of base (null while off) */
     uint64_t start = 0, span = 0;
     uint32_t blockStride = 0, repeatStride = 0, elemBytes = 0;
 
@@ -73,6 +75,7 @@ struct Operand {
         return base + (uint64_t(r) * repeatStride + uint64_t(lane / perBlock) * blockStride) * kBlock +
                (lane % perBlock) * elemBytes;
     }
+    Taint *Shadow(uint32_t r, uint32_t lane) const { return shadow + (At(r, lane) - base); }
 };
 
 Operand Bind(const char *intrinsic, const char *name, void *ptr, uint32_t elemBytes, uint32_t lanes,
@@ -89,6 +92,7 @@ Operand Bind(const char *intrinsic, const char *name, void *ptr, uint32_t elemBy
     if (iterations == 0) return op;
     op.span = (uint64_t(iterations - 1) * repeatStride + uint64_t(blocks - 1) * blockStride + 1) * kBlock;
     op.base = OnChip(Space::UB, ptr, op.span, align, intrinsic, Pipe::V, name);
+    op.shadow = ShadowAt(Space::UB, op.base);
     /* Report the 32-byte blocks the enabled lanes touch (what the hazard checker must see), merged when
      * adjacent: a masked or counted instruction touches less than its whole span. */
     const uint32_t perBlock = kBlock / elemBytes;
@@ -150,9 +154,15 @@ void Binary(const char *name, void *dst, void *s0, void *s1, uint32_t bytes, con
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, dstBlock,
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
                 if (plan.On(r, i)) {
+                    if (d.shadow) {
+                        Taint t = reads.Of(Space::UB, a.Shadow(r, i), bytes);
+                        if (t == kClean) t = reads.Of(Space::UB, b.Shadow(r, i), bytes);
+                        Mark(d.Shadow(r, i), bytes, t);
+                    }
                     StoreF(d.At(r, i), bytes, op(LoadF(a.At(r, i), bytes), LoadF(b.At(r, i), bytes)), saturate);
                 }
             }
@@ -172,9 +182,12 @@ void Unary(const char *name, void *dst, void *src, uint32_t bytes, const u8f &re
     const Operand d = Bind(name, "dst", dst, bytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
-                if (plan.On(r, i)) StoreF(d.At(r, i), bytes, op(LoadF(s.At(r, i), bytes)), saturate);
+                if (!plan.On(r, i)) continue;
+                if (d.shadow) Mark(d.Shadow(r, i), bytes, reads.Of(Space::UB, s.Shadow(r, i), bytes));
+                StoreF(d.At(r, i), bytes, op(LoadF(s.At(r, i), bytes)), saturate);
             }
         }
     });
@@ -199,9 +212,11 @@ void Convert(const char *name, void *dst, void *src, bool narrowing, bool bf16, 
     const Operand d = Bind(name, "dst", dst, dstBytes, lanes, plan, db.Get(name, kV, "dstBlockStride"),
                            dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
     Execute({name, Pipe::V, acc}, [=, saturate = Saturating()] {
+        Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
                 if (!plan.On(r, i)) continue;
+                if (d.shadow) Mark(d.Shadow(r, i), dstBytes, reads.Of(Space::UB, s.Shadow(r, i), srcBytes));
                 if (narrowing) {
                     float x;
                     std::memcpy(&x, s.At(r, i), 4);
@@ -237,13 +252,17 @@ void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u
         out = OnChip(Space::UB, dst, bytes, 4, name, Pipe::V, "dst");
         acc.push_back({Space::UB, dstStart, bytes, true});
     }
+    Taint *outShadow = out != nullptr ? ShadowAt(Space::UB, out) : nullptr;
     Execute({name, Pipe::V, acc}, [=] {
+        Reads reads(name);
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             float vals[lanes];
             bool any = false;
+            Taint taint = kClean; /* the output derives from every enabled lane */
             for (uint32_t i = 0; i < lanes; ++i) {
                 const bool on = plan.On(r, i);
                 any |= on;
+                if (on && outShadow && taint == kClean) taint = reads.Of(Space::UB, s.Shadow(r, i), 4);
                 vals[i] = on ? LoadF(s.At(r, i), 4) : (sum ? 0.0f : -INFINITY);
             }
             float result;
@@ -259,6 +278,7 @@ void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u
                 }
             }
             if (any) std::memcpy(out + uint64_t(r) * dstStride * 4, &result, 4);
+            if (any && outShadow) Mark(outShadow + uint64_t(r) * dstStride * 4, 4, taint);
         }
     });
 }
@@ -278,11 +298,18 @@ void Brcb(const char *name, void *dst, void *src, const u16f &db, const u16f &dr
     if (s0 < d0 + dstBytes && d0 < s0 + srcBytes) Raise(name, Pipe::V, "src", s0, "vbrcb source overlaps its destination");
     acc.push_back({Space::UB, s0, srcBytes, false});
     acc.push_back({Space::UB, d0, dstBytes, true});
+    const Taint *shadowIn = ShadowAt(Space::UB, in);
+    Taint *shadowOut = ShadowAt(Space::UB, out);
     Execute({name, Pipe::V, acc}, [=] {
+        Reads reads(name);
         for (uint32_t r = 0; r < iterations; ++r) {
             for (uint32_t j = 0; j < 8; ++j) {
                 uint8_t *block = out + (uint64_t(r) * rep + uint64_t(j) * blk) * kBlock;
                 for (uint32_t k = 0; k < 8; ++k) std::memcpy(block + 4 * k, in + (uint64_t(r) * 8 + j) * 4, 4);
+                if (!shadowIn) continue;
+                Taint *to = shadowOut + (block - out);
+                reads.Copy(Space::UB, shadowIn + (uint64_t(r) * 8 + j) * 4, to, 4);
+                for (uint32_t k = 1; k < 8; ++k) std::copy(to, to + 4, to + 4 * k);
             }
         }
     });
@@ -299,7 +326,9 @@ void Dup(const char *name, void *dst, Bits value, const u8f &repeat, const u16f 
     Execute({name, Pipe::V, acc}, [=] {
         for (uint32_t r = 0; r < plan.iterations; ++r) {
             for (uint32_t i = 0; i < lanes; ++i) {
-                if (plan.On(r, i)) std::memcpy(d.At(r, i), &value, bytes);
+                if (!plan.On(r, i)) continue;
+                std::memcpy(d.At(r, i), &value, bytes);
+                if (d.shadow) Mark(d.Shadow(r, i), bytes, kClean);
             }
         }
     });

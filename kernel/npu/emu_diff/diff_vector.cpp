@@ -54,6 +54,7 @@ void Store(void *gm, uint32_t rows, uint32_t cols, uint32_t pitch, TileT &tile)
 enum Op : int32_t {
     kLoadStore, kMulS, kAddS, kAdd, kSub, kMul, kMax, kExp, kLog, kRowMax, kRowSum, kRowExpandSub, kRowExpandMul,
     kRowExpandDiv, kColSum, kCvtF16, kCvtBf16, kWidenF16, kWidenBf16, kFillF32, kFillF16, kColStorePitch,
+    kAtomicAdd, /* TSTORE<AtomicAdd> of a into `out`, which holds finite values (SEMANTICS.md known difference 5) */
 };
 
 template <typename T>
@@ -136,6 +137,12 @@ void Run(int32_t op, uint32_t r, uint32_t c, uint32_t pitch, const void *a, cons
         case kWidenF16: Widen<half>(r, c, pitch, a, out); return;
         case kWidenBf16: Widen<bfloat16_t>(r, c, pitch, a, out); return;
         case kFillF32: TEXPANDS(d, s); break;
+        case kAtomicAdd: {
+            Load<SF, float>(x, a, r, c, pitch);
+            GmNd<float> view(reinterpret_cast<float *>(out), GmNd<float>::Shape(r, c), GmNd<float>::Stride(pitch, 1));
+            TSTORE<SF, GmNd<float>, AtomicType::AtomicAdd>(view, x);
+            return;
+        }
         case kFillF16: {
             PT<half> h(r, c);
             Place(h, kD0);

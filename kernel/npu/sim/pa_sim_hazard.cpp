@@ -81,7 +81,7 @@ void InitLaunch(Launch &L)
     st.gm.clear();
     st.gm.resize(PA_NUM_PTR_ARGS);
     /* the buffers the kernel writes; every other slot is read-only for it */
-    const int32_t writable[] = {PA_ARG_O, PA_ARG_S, PA_ARG_P, PA_ARG_O_TMP, PA_ARG_O_CORE, PA_ARG_L};
+    const int32_t writable[] = {PA_ARG_O, PA_ARG_S, PA_ARG_P, PA_ARG_O_TMP, PA_ARG_O_CORE, PA_ARG_L, PA_ARG_LSE};
     for (int32_t slot : writable) {
         auto g = std::make_unique<GmShadow>();
         g->grain = slot == PA_ARG_O || slot == PA_ARG_P ? 2 : 4; /* element size: fp16/bf16 or fp32 */

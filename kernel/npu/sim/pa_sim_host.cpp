@@ -120,7 +120,7 @@ int32_t Launch23(uint32_t blockDim, void *const *ptr)
     L.timeout = std::chrono::milliseconds(TimeoutMs());
     if (const char *drop = std::getenv("PA_SIM_DROP_SIGNAL")) L.dropSignal = std::atoll(drop);
     pa_contract contract;
-    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, 0 /* no v3 feature yet */, &host.lastError);
+    const int32_t rc = pa_contract_check(&contract, &host.config, blockDim, ptr, PA_NPU_KERNEL_FEATURES, &host.lastError);
     if (rc != PA_OK) return rc;
     L.counters.resize(size_t(blockDim) * kRolesPerCluster);
     for (uint32_t c = 0; c < blockDim; ++c) L.clusters.emplace_back(new Cluster());
@@ -152,6 +152,9 @@ extern "C" {
 int32_t pa_abi_version(void) { return PA_ABI_VERSION; }
 
 uint32_t pa_supported_keys(void) { return PA_SUPPORTED_KEYS_ALL; }
+
+/* The ABI v3/v4 features the kernel executes (kernel/npu/pa_config.hpp). */
+uint32_t pa_supported_features(void) { return PA_NPU_KERNEL_FEATURES; }
 
 int32_t call_kernel(uint32_t block_dim, void *stream PA_PTR_ARGS(PA_PTR_PARAM))
 {

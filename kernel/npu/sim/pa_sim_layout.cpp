@@ -8,7 +8,7 @@
 #include "../pa_sim_api.h"
 
 /* sizeof(pa_sim_stats), then the offset of each field in declaration order. */
-#define PA_SIM_STATS_LAYOUT_WORDS 15
+#define PA_SIM_STATS_LAYOUT_WORDS 17
 
 extern "C" __attribute__((visibility("default"))) int32_t pa_sim_stats_layout(int64_t *out, int32_t n)
 {
@@ -23,6 +23,8 @@ extern "C" __attribute__((visibility("default"))) int32_t pa_sim_stats_layout(in
         int64_t(offsetof(pa_sim_stats, units)),
         int64_t(offsetof(pa_sim_stats, tasks)),
         int64_t(offsetof(pa_sim_stats, matmuls)),
+        int64_t(offsetof(pa_sim_stats, score_tiles)),
+        int64_t(offsetof(pa_sim_stats, masked_score_tiles)),
         int64_t(offsetof(pa_sim_stats, peak_bytes)),
         int64_t(offsetof(pa_sim_stats, capacity_bytes)),
         int64_t(offsetof(pa_sim_stats, block_dim)),
