@@ -92,7 +92,6 @@ struct CubeCore {
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
         if (st.t.group <= uint32_t(kSlotRows)) {
-            if (st.t.group == 1) ChunkPath<T, DCap>::ZeroRowsPastOne();
             RunTasks<ChunkPath<T, DCap>>(blockNum);
         } else {
             RunTasks<HeadPath<T, DCap>>(blockNum);

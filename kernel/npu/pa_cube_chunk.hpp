@@ -72,6 +72,7 @@ struct ChunkPath {
     static_assert(2 * kL0bOpBytes <= pa::kL0bBytes, "L0B plan overflows");
     static_assert(kL0cO + kSlots * kL0cOBytes <= kL0cBytes, "L0C plan overflows");
     static_assert(kTok % 16 == 0 && kPieceTokens % 16 == 0, "pieces and units start on whole fractals");
+    static_assert(kSlots <= kMaxPSlots && PMat::Rows == kSlotRows, "CubeState keeps a box per P slot");
 
     using Piece = typename CubeState<T>::Piece;
 
@@ -80,22 +81,6 @@ struct ChunkPath {
     static AICORE inline uint32_t HeadView(uint32_t bl, uint32_t j, uint32_t d)
     {
         return kL1Kv0 + bl * kL1KvBytes + j * d * uint32_t(kTok) * uint32_t(sizeof(T));
-    }
-
-    /* pto-isa's TMATMUL multiplies 16 rows for a left operand of one row (CubeTiles), so rows 1-15 of the Q
-     * staging tile and of the P slots must hold zeros.  With groups of one q head (MHA) every Q and P load has
-     * one row: they are zeroed once here, at core start (MTE2, before every load on the same in-order pipe), and
-     * no load writes them later.  Otherwise a one-row load (a task that splits a group) zeroes its tile first. */
-    static AICORE inline void ZeroRowsPastOne()
-    {
-        QMat q(QMat::Rows, QMat::Cols);
-        Assign(q, kL1Q);
-        ZeroL1(q, kFillOperand);
-        for (uint32_t j = 0; j < uint32_t(kSlots); ++j) {
-            PMat p(PMat::Rows, PMat::Cols);
-            Assign(p, kL1P + j * kL1PBytes);
-            ZeroL1(p, kFillOperand);
-        }
     }
 
     /* Calls fn(kvh0, nkv) for each chunk of the task's KV heads. */
@@ -123,11 +108,7 @@ struct ChunkPath {
                 Assign(qMat, kL1Q);
                 Assign(qLeft, j * kL0aQBytes);
                 WaitFlag(kQL1Free);
-                if (m == 1 && st.t.group != 1) { /* TMATMUL multiplies 16 rows for m = 1: ZeroRowsPastOne */
-                    QMat whole(QMat::Rows, QMat::Cols);
-                    Assign(whole, kL1Q);
-                    ZeroL1(whole, kFillOperand);
-                }
+                st.template ZeroBuffer<QMat>(kL1Q, st.BeforeQLoad(m, d)); /* rows 1-15 of m = 1: CubeTiles */
                 LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
                 Handoff(kQLoaded);
                 Mov(qLeft, qMat);
@@ -139,11 +120,9 @@ struct ChunkPath {
                 KAll kAll(nkv * d, pc.len);
                 Assign(kAll, kL1Kv0 + bl * kL1KvBytes);
                 WaitFlag(KvL1Free(bl));
-                if (pc.len < uint32_t(kTok)) { /* K^T's columns past len are multiplied (CubeTiles): zero them */
-                    KAll whole(KAll::Rows, KAll::Cols);
-                    Assign(whole, kL1Kv0 + bl * kL1KvBytes);
-                    ZeroL1(whole, kFillOperand);
-                }
+                /* K^T's columns past len are multiplied (CubeTiles): zero unless they already are */
+                st.template ZeroBuffer<KAll>(kL1Kv0 + bl * kL1KvBytes,
+                                             st.BeforeKLoad(bl, nkv * d / 16, pc.len, kTok));
                 LoadDn(kAll, st.k, pc.kvOff + uint64_t(kvh0) * d, nkv * d, pc.len, uint64_t(st.t.kvHeads) * d,
                        kTrafficKv);
                 Handoff(KvLoaded(bl));
@@ -179,9 +158,9 @@ struct ChunkPath {
     /* Unit u: O_tmp = P.V of every head, accumulated over the unit's pieces in the heads' L0C slots.  P comes
      * into the heads' L1 slots in windows of kPieceTokens columns (a hand-off may be longer).  The device
      * multiplies the inner (token) length rounded up to 16, so a ragged window zeroes the P slots and a
-     * ragged piece its V buffer first: padding times padding must be 0, not stale data (NaN x 0 = NaN).  The
-     * P slots are zeroed for m = 1 too (TMATMUL multiplies 16 rows), the V buffer for D below DCap (the last
-     * head's V columns past D are multiplied): CubeTiles. */
+     * ragged piece's V padding must be zero: padding times padding must be 0, not stale data (NaN x 0 = NaN).
+     * The P slots are zeroed for m = 1 too (TMATMUL multiplies 16 rows), and V's columns past D of the last
+     * head are multiplied: CubeTiles, L1Box. */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
@@ -194,11 +173,7 @@ struct ChunkPath {
                 for (uint32_t j = 0; j < nkv; ++j) {
                     uint32_t r0, m;
                     st.RunRows(tk, kvh0 + j, r0, m);
-                    if (wl % 16 != 0 || (m == 1 && st.t.group != 1)) { /* MTE2, in order with the load */
-                        PMat whole(kSlotRows, PMat::Cols);
-                        Assign(whole, kL1P + j * kL1PBytes);
-                        ZeroL1(whole, FillKind(wl % 16 != 0, m == 1));
-                    }
+                    st.template ZeroBuffer<PMat>(kL1P + j * kL1PBytes, st.BeforePLoad(j, m, wl)); /* MTE2 */
                     PMat pMat(m, wl);
                     Assign(pMat, kL1P + j * kL1PBytes);
                     LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
@@ -211,11 +186,9 @@ struct ChunkPath {
                     VAll vAll(pc.len, nkv * d);
                     Assign(vAll, kL1Kv0 + bl * kL1KvBytes);
                     WaitFlag(KvL1Free(bl));
-                    if (pc.len % 16 != 0 || d < uint32_t(DCap)) { /* the last head's columns past d: CubeTiles */
-                        VAll whole(VAll::Rows, VAll::Cols);
-                        Assign(whole, kL1Kv0 + bl * kL1KvBytes);
-                        ZeroL1(whole, FillKind(pc.len % 16 != 0, d < uint32_t(DCap)));
-                    }
+                    /* the padding past len, the last head's columns past d (CubeTiles): zero unless they are */
+                    st.template ZeroBuffer<VAll>(kL1Kv0 + bl * kL1KvBytes,
+                                                 st.BeforeVLoad(bl, nkv, d, DCap, pc.len));
                     LoadNd(vAll, st.v, pc.kvOff + uint64_t(kvh0) * d, pc.len, nkv * d, uint64_t(st.t.kvHeads) * d,
                            kTrafficKv);
                     Handoff(KvLoaded(bl));
