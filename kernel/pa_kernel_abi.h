@@ -332,6 +332,7 @@ static inline uint32_t pa_kv_first_token(uint32_t kv_len, uint32_t q_len, uint32
 #define PA_ERR_BAD_LAUNCH 7       /* block_dim of 0 or larger than the scratch holds, or no config        */
 #define PA_ERR_INTERNAL 8         /* a simulated device fault (sim: deadlock timeout, on-chip overflow)   */
 #define PA_ERR_HAZARD 9           /* sim checked mode: two accesses the device's pipes would not order    */
+#define PA_ERR_NON_FINITE 10      /* checked mode: a NaN or inf in the valid Q, K or V (unsupported input) */
 /* Pointer hygiene: PA_ERR_NULL_POINTER also reports a non-NULL mask pointer (a kernel that gates the mask on
  * the pointer instead of on PA_TW_MASK_MAX_LEN would read it out of bounds; docs/CONTRACT.md). */
 

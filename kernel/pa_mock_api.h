@@ -19,7 +19,9 @@
  *              num_blocks.
  *   checked    in addition, every access the kernel makes (q, o, k, v, s, p, o_tmp, o_core, l, block_tables)
  *              against the extent of its slot, in the slot's element type, one check per task or tile range:
- *              this checks the kernel's own address arithmetic, which the contract cannot.
+ *              this checks the kernel's own address arithmetic, which the contract cannot.  And every element of
+ *              the valid Q, K and V a task reads is finite (PA_ERR_NON_FINITE names buffer, sequence, head and
+ *              token: a NaN or inf there is unsupported input, docs/CONTRACT.md).
  * Errors are deterministic: a launch reports the first failing check of the lowest logical core.
  */
 #ifndef PA_MOCK_API_H

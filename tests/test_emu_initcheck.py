@@ -85,6 +85,8 @@ def test_mad_taints_only_the_columns_of_c_whose_b_column_is_unwritten() -> None:
     b = RNG.standard_normal((k, 16)).astype(np.float16)
     l0a[:256] = a.view(np.uint16).reshape(-1)  # Zz: one fractal, (m, k) at m * 16 + k
     l0b[:256] = b.T.view(np.uint16).reshape(-1)  # Zn: (k, n) at n * 16 + k for n < 16
+    # columns 16-31: finite stale values, never marked written (mad's operand check faults on a non-finite one)
+    l0b[256:512] = RNG.standard_normal(256).astype(np.float16).view(np.uint16)
     core.mark_written("L0A", 0, 512)
     core.mark_written("L0B", 0, 512)
     core.call("mad_f16", 0, 0, 0, m, k, n, 0, 0, 0, 1)

@@ -9,6 +9,8 @@ Over 400 lines because it holds one known answer per emulated intrinsic, in SEMA
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from emu_harness import CUBE, PIPE, VECTOR, Core, EmuFaultError, address, f16_bits, f32_bits
@@ -192,6 +194,76 @@ def test_mad_computes_over_the_valid_k_and_accumulates(dtype: str) -> None:
     assert np.allclose(l0c[c_index], 2 * expected, rtol=1e-5, atol=1e-4)
 
 
+def mad_operands(core: Core, a: np.ndarray, b: np.ndarray, dtype: str = "bf16") -> None:
+    """A (m x k) and B (k x n) into L0A/L0B at offset 0 as 16-bit bits; everything else a NaN pattern."""
+    (m, k), n = a.shape, b.shape[1]
+    kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
+    bits = (lambda x: x.astype(np.float16).view(np.uint16)) if dtype == "f16" else \
+        (lambda x: (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+    l0a, l0b = core.buffer("L0A", np.uint16), core.buffer("L0B", np.uint16)
+    l0a[:] = 0x7FC0 if dtype == "bf16" else 0x7E00
+    l0b[:] = l0a[0]
+    mm, kk = np.meshgrid(np.arange(m), np.arange(k), indexing="ij")
+    l0a[zz(mm, kk, kp)] = bits(a)
+    kk2, nn = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")
+    l0b[zn(kk2, nn, np_)] = bits(b)
+
+
+@pytest.mark.parametrize("ctrl48", [0, 1])
+def test_mad_saturates_inf_and_nan_outputs_while_ctrl48_is_0(ctrl48: int) -> None:
+    """Mmad.md: with CTRL[48] = 0 an inf output becomes +-FLT_MAX and a NaN output 0; with 1 both are kept."""
+    core = cube()
+    m, k, n = 16, 16, 16
+    a = RNG.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = RNG.uniform(-1, 1, (k, n)).astype(np.float32)
+    a[0:3, 0:2], b[0:2, 0] = [[3e38, 0], [-3e38, 0], [3e38, -3e38]], [10, 10]  # sums: inf, -inf, inf + -inf
+    mad_operands(core, a, b)
+    core.call("set_ctrl", ctrl48 << 48)
+    core.call("mad_bf16", 0, 0, 0, m, k, n, 0, 0, 0, 1)
+    out = core.buffer("L0C", np.float32)[[0, 16, 32]]  # C[0..2][0]: (j // 16) x 256 + i x 16 + j % 16
+    big = np.finfo(np.float32).max
+    if ctrl48 == 0:
+        assert out[0] == big and out[1] == -big and out[2] == 0.0, out
+    else:
+        assert out[0] == np.inf and out[1] == -np.inf and np.isnan(out[2]), out
+    finite = core.buffer("L0C", np.float32)[3 * 16 + 1]  # C[3][1]: an ordinary sum, untouched by either mode
+    assert np.isfinite(finite) and abs(finite) < 16
+
+
+@pytest.mark.parametrize(("operand", "where", "offset"), [("b", (3, 20), 646), ("a", (5, 7), 174)])
+def test_mad_faults_on_a_non_finite_element_it_reads(operand: str, where: tuple[int, int], offset: int) -> None:
+    """Mmad.md warns a NaN input may raise an execution error: any element of the m x k of A or the k x n of B
+    the multiply reads faults, including a column of B whose result the kernel never stores (n = 32, column 20)."""
+    core = cube()
+    a = RNG.standard_normal((16, 24)).astype(np.float32)
+    b = RNG.standard_normal((24, 32)).astype(np.float32)
+    (a if operand == "a" else b)[where] = np.nan
+    mad_operands(core, a, b, "f16")
+    region = "L0A" if operand == "a" else "L0B"  # b[3][20]: Zn element (20 // 16) x 256 + 4 x 16 + 3
+    index = re.escape(f"{operand}[{where[0]}][{where[1]}]")
+    with pytest.raises(EmuFaultError, match=rf"mad on cube core 0\.0, pipe M: {operand} = {offset} .*"
+                                            rf"non-finite element {index} .*at {region} byte offset {offset}:"):
+        core.call("mad_f16", 0, 0, 0, 16, 24, 32, 0, 0, 0, 1)
+    (a if operand == "a" else b)[where] = np.inf  # inf too: inf x 0 is NaN
+    mad_operands(core, a, b, "f16")
+    with pytest.raises(EmuFaultError, match=index):
+        core.call("mad_f16", 0, 0, 0, 16, 24, 32, 0, 0, 0, 1)
+
+
+def test_mad_with_finite_operands_and_nan_only_past_k_and_n_runs() -> None:
+    """Negative control of the check above: every element the multiply reads finite, NaN everywhere else
+    (the fractal padding past k and n, which Mmad.md says is ignored): no fault, and the right product."""
+    core = cube()
+    a = RNG.standard_normal((16, 24)).astype(np.float32)
+    b = RNG.standard_normal((24, 20)).astype(np.float32)
+    mad_operands(core, a, b, "f16")
+    core.call("mad_f16", 0, 0, 0, 16, 24, 20, 0, 0, 0, 1)
+    i, j = np.meshgrid(np.arange(16), np.arange(20), indexing="ij")
+    got = core.buffer("L0C", np.float32)[(j // 16) * 16 * 16 + i * 16 + j % 16]
+    want = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_fixpipe_nz2nd_fp32_and_fp16() -> None:
     core = cube()
     m, n, mp = 20, 44, 32
@@ -207,6 +279,11 @@ def test_fixpipe_nz2nd_fp32_and_fp16() -> None:
     half = np.full((m, n), 0xA5A5, dtype=np.uint16)
     core.call("copy_matrix_cc_to_gm", address(half), 0, n << 4 | m << 16 | n << 32, mp | 1 << 34 | 1 << 43)
     assert np.array_equal(half.view(np.float16), values[(j // 16) * mp * 16 + i * 16 + j % 16].astype(np.float16))
+    l0c[[0, 16, 32]] = [1e6, -np.inf, np.nan]  # C[0..2][0]: F322F16 saturates while CTRL[48] = 0, keeps with 1
+    for ctrl, want in ((0, [65504, -65504, 0]), (1 << 48, [np.inf, -np.inf, np.nan])):
+        core.call("set_ctrl", ctrl)
+        core.call("copy_matrix_cc_to_gm", address(half), 0, n << 4 | m << 16 | n << 32, mp | 1 << 34 | 1 << 43)
+        assert np.array_equal(half.view(np.float16)[:3, 0], np.array(want, np.float16), equal_nan=True), ctrl
 
 
 # ---- vector -------------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 every intrinsic executed by the emulator, clusters scheduled from a seed.
 
 What only that path can check, through the public API: the library says what it is and links no CPU
-implementation; a launch replays bit for bit from its seed and any seed computes right; mode state a previous
-kernel left on a core (here CTRL's float saturation) does not change the result; the launcher refuses a
+implementation; a launch replays bit for bit from its seed and any seed computes right; a NaN in the valid
+Q, K or V is refused as on the mock, and no mad reads hostile on-chip data; mode state a previous kernel left on a
+core (here CTRL's float saturation) does not change the result; the launcher refuses a
 core_count the SoC cannot hold resident.  Each seed is printed (``-s`` shows it) and named in every failure.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import math
 import random
+import re
 import shutil
 import subprocess
 import threading
@@ -22,7 +24,9 @@ import torch
 from accuracy.reference import compare, reference
 from launcher import PagedAttentionRunner
 from launcher.backends import SimBackend
+from launcher.errors import KernelContractError
 from launcher.library import library_path
+from tiling.abi import ErrorCode
 
 LIB = library_path("sim")
 pytestmark = pytest.mark.skipif(not LIB.is_file(), reason=f"{LIB} not built (bash compile.sh)")
@@ -95,19 +99,92 @@ def test_a_seed_replays_the_launch_bit_for_bit_and_any_seed_is_right(seed: int) 
     assert result.passed, f"PA_SIM_SEED={seed}: {result.summary()}"
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
-def test_a_nan_in_the_cache_reaches_the_output_whatever_ctrl_a_previous_kernel_left(seed: int) -> None:
-    """The emulator starts every core with random mode state; CTRL[48] = 0 (saturation on) would turn the NaN
-    into 0 in the conversion to fp16.  The kernel sets CTRL at entry, so every seed gives NaN rows for the
-    sequence that reads the NaN and the golden's values for the other."""
-    print(f"PA_SIM_SEED={seed}")
+def _nan_case(seed: int, where: str) -> tuple[dict, str]:
+    """Sequence 0's token 69 (page 2, row 5), KV head 0, column 7 of K or V, or q head 3 column 7, made NaN."""
     case = _case([300, 200], seed=seed % 1000)
     page = int(case["block_table"][0, 2])
-    case["value_cache"][page, 5, 0, 7] = float("nan")  # token 69 of sequence 0, KV head 0
+    if where == "query":
+        case["query"][0, 3, 7] = float("nan")
+        return case, "q head 3, query token 0, column 7"
+    case[where][page, 5, 0, 7] = float("nan")
+    return case, "kv head 0, token 69, column 7"
+
+
+@pytest.mark.parametrize("where", ["key_cache", "value_cache", "query"])
+def test_a_nan_in_the_valid_q_k_or_v_is_refused_by_the_mock_and_the_sim(where: str) -> None:
+    """A NaN or inf inside the valid Q, K or V is unsupported input (docs/CONTRACT.md): on a device the cube's mad
+    may raise an AI Core error on it (Mmad.md).  The mock's checked mode refuses it naming the buffer, sequence,
+    head and token; the sim's mad faults on the element it reads, naming core, operand, L0 region and index; both
+    raise KernelContractError NON_FINITE.  (It replaces defect 3's regression case, which assumed a NaN in the
+    cache flows through Q.K^T; the mad page does not support that.)"""
+    seed = SEEDS[0]
+    print(f"PA_SIM_SEED={seed}")
+    case, named = _nan_case(seed, where)
+    buffer = {"key_cache": "k", "value_cache": "v", "query": "q"}[where]
+    operand = {"key_cache": "b", "value_cache": "b", "query": "a"}[where]
+    with pytest.raises(KernelContractError) as mock_error:
+        PagedAttentionRunner(case["query"], case["key_cache"], case["value_cache"], case["block_table"],
+                             case["context_lens"], backend="mock")()
+    got = mock_error.value
+    assert got.code == ErrorCode.NON_FINITE and got.buffer == buffer and got.seq == 0, got
+    assert named in got.message, got.message
+    for strategy in ("bn", "split_kv"):
+        with pytest.raises(KernelContractError) as sim_error:
+            _run(case, seed, strategy=strategy, core_count=4)
+        got = sim_error.value
+        assert got.code == ErrorCode.NON_FINITE, f"PA_SIM_SEED={seed} {strategy}: {got}"
+        assert re.search(rf"mad on cube core \d+\.0, pipe M: {operand} = \d+ .*non-finite element "
+                         rf"{operand}\[\d+\]\[\d+\] .*at L0{operand.upper()} byte offset", got.message), got.message
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
+def test_with_the_mad_check_off_a_nan_reaches_the_output_whatever_ctrl_a_previous_kernel_left(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PA_SIM_MAD_INPUT_CHECK=0 (experiments only) lets a NaN in V through the cube.  The emulator starts every
+    core with random mode state; CTRL[48] = 0 (saturation on) would turn the NaN into 0 in mad's output and in the
+    conversion to fp16.  The kernel sets CTRL at entry (defect 3), so every seed gives NaN for the rows that read
+    the NaN and the golden's values elsewhere.  What a device does with that NaN is undefined (docs/CONTRACT.md)."""
+    print(f"PA_SIM_SEED={seed}")
+    monkeypatch.setenv("PA_SIM_MAD_INPUT_CHECK", "0")
+    case, _ = _nan_case(seed, "value_cache")
     for strategy in ("bn", "split_kv"):
         out = _run(case, seed, strategy=strategy, core_count=4)
         assert torch.isnan(out[0, :4, 7]).all(), f"PA_SIM_SEED={seed} {strategy}: {out[0, :4, 7]}"
         assert torch.isfinite(out[0, 4:]).all() and torch.isfinite(out[1]).all(), f"PA_SIM_SEED={seed} {strategy}"
+
+
+#: (case, mad operand the skipped fill leaves hostile): a piece shorter than the K tile (pages of 32, defect 6);
+#: MHA with whole pieces, a one-row Q/P multiplied as 16 rows (defect 7); D 96 in the DCap-128 build, V's columns
+#: past D (defect 8)
+FILL_CASES = {
+    "short_piece": (dict(lens=[300, 200]), "b"),
+    "mha_one_row": (dict(lens=[256, 128], hq=4, hkv=4, bs=128), "a"),
+    "d96_below_dcap": (dict(lens=[256, 128], d=96, bs=128), "b"),
+}
+
+
+@pytest.mark.parametrize("name", FILL_CASES)
+def test_skipping_the_kernels_zero_fills_makes_mad_read_hostile_on_chip_data(name: str) -> None:
+    """Negative control of the kernel's fills (CubeTiles): with them skipped, a matmul multiplies on-chip data
+    the kernel never wrote (the emulator's hostile L1 fill) and mad faults on it; with them, the same launch runs
+    and is right."""
+    options, operand = FILL_CASES[name]
+    handle = _library()
+    handle.pa_sim_skip_zero_padding.argtypes = [ctypes.c_int32]
+    case = _case(seed=7, **options)
+    handle.pa_sim_skip_zero_padding(2)  # the operand fills only (pa_sim_api.h); the padding fills stay
+    try:
+        with pytest.raises(KernelContractError) as error:
+            _run(case, SEEDS[1], strategy="bn", core_count=4)
+    finally:
+        handle.pa_sim_skip_zero_padding(0)
+    assert error.value.code == ErrorCode.NON_FINITE, error.value
+    assert f"non-finite element {operand}[" in error.value.message, error.value.message
+    out = _run(case, SEEDS[1], strategy="bn", core_count=4)
+    d = case["query"].shape[-1]
+    ref = reference(case["query"], case["key_cache"], case["value_cache"], case["block_table"],
+                    case["context_lens"].tolist(), d ** -0.5)
+    assert compare(out.double(), ref).passed, f"PA_SIM_SEED={SEEDS[1]} {name}"
 
 
 def test_a_store_with_the_atomic_mode_a_previous_kernel_left_faults() -> None:

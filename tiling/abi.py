@@ -268,6 +268,7 @@ class ErrorCode(IntEnum):
     BAD_LAUNCH = 7
     INTERNAL = 8
     HAZARD = 9
+    NON_FINITE = 10
 
 
 def scratch_halves(tiling: Sequence[int]) -> tuple[int, int]:

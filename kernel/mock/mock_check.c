@@ -37,6 +37,25 @@ int32_t pa_check_range(const pa_launch *L, pa_mock_error *e, int32_t slot, __int
     return pa_check_range_always(L, e, slot, start, count, w);
 }
 
+/* A NaN or inf in the valid Q, K or V is unsupported input (docs/CONTRACT.md): on a device the cube's mad may
+ * raise an AI Core error on one (Mmad.md), so checked mode refuses it where the mock reads it.  One pass over data
+ * the task reads anyway; unchecked mode skips it (the result is then undefined, as on the device). */
+int64_t pa_first_non_finite(const pa_launch *L, const uint16_t *x, uint32_t rows, int64_t pitch, uint32_t cols) {
+    if (!L->checked) {
+        return -1;
+    }
+    const uint16_t exponent = L->c.bf16 ? 0x7f80u : 0x7c00u; /* all exponent bits set: inf or NaN */
+    for (uint32_t r = 0; r < rows; ++r) {
+        const uint16_t *row = x + (int64_t)r * pitch;
+        for (uint32_t c = 0; c < cols; ++c) {
+            if ((row[c] & exponent) == exponent) {
+                return (int64_t)r * cols + c;
+            }
+        }
+    }
+    return -1;
+}
+
 uint32_t pa_slot_word(const pa_launch *L, uint32_t slot, uint32_t field) {
     return pa_contract_slot_word(L->tiling, slot, field);
 }

@@ -95,6 +95,9 @@ int32_t pa_check_range(const pa_launch *L, pa_mock_error *e, int32_t slot, __int
                        pa_where w);
 int32_t pa_check_range_always(const pa_launch *L, pa_mock_error *e, int32_t slot, __int128 start,
                               __int128 count, pa_where w);
+/* Checked mode: the first non-finite element of rows x cols 16-bit floats (fp16 or bf16 bits, row pitch `pitch`
+ * elements) as row * cols + col, or -1; unchecked mode: -1 without reading. */
+int64_t pa_first_non_finite(const pa_launch *L, const uint16_t *x, uint32_t rows, int64_t pitch, uint32_t cols);
 
 /* ---- mock_gang.c / mock_combine.c: the logical cores' share of each phase ---- */
 #define PA_GANG_MAX 4 /* logical cores one host thread runs together (mock_gang.c)                       */

@@ -135,6 +135,15 @@ int32_t pa_cube_block(const pa_launch *L, const pa_task *T, const pa_tile *t, pa
         uint32_t h_hi = (kvh + 1) * L->c.group < T->head0 + T->heads ? (kvh + 1) * L->c.group : T->head0 + T->heads;
         uint32_t r0 = (h_lo - T->head0) * L->c.q_len, rows = (h_hi - h_lo) * L->c.q_len;
         const uint16_t *kv = cache + base + (int64_t)kvh * d;
+        const int64_t bad = pa_first_non_finite(L, kv, count, row_stride, d);
+        if (bad >= 0) {
+            const int64_t at = base + (int64_t)kvh * d + bad / d * row_stride + bad % d;
+            return pa_fail(e, PA_ERR_NON_FINITE, qk ? PA_ARG_K : PA_ARG_V, at, L->c.extent[qk ? PA_ARG_K : PA_ARG_V],
+                           T->where, "%s element %lld (bits 0x%04x) is not finite: seq %d, kv head %u, token %lld, "
+                           "column %lld; a NaN or inf in the valid K or V is unsupported input (docs/CONTRACT.md)",
+                           qk ? "k" : "v", (long long)at, cache[at], T->where.seq, kvh, (long long)(tok + bad / d),
+                           (long long)(bad % d));
+        }
         const uint16_t *const *ahead = pos ? buf->rows + *pos + PA_PREFETCH_AHEAD_ROWS : 0;
         if (qk && buf->q_is_packed) {
             L->ops->qk_packed(buf->q_packed, (int32_t)r0, rows, d, kv, row_stride, count,
@@ -371,6 +380,17 @@ int32_t pa_start_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, 
     int32_t rc = pa_check_range(L, e, PA_ARG_Q, q_base, ((q_len - 1) * hq + T->heads) * d, T->where);
     if (rc) {
         return rc;
+    }
+    for (uint32_t tq = 0; tq < q_len; ++tq) { /* token tq's rows of heads head0.. are contiguous */
+        const int64_t bad = pa_first_non_finite(L, L->q + q_base + (int64_t)tq * hq * d, T->heads, d, (uint32_t)d);
+        if (bad >= 0) {
+            const int64_t at = q_base + (int64_t)tq * hq * d + bad;
+            return pa_fail(e, PA_ERR_NON_FINITE, PA_ARG_Q, at, L->c.extent[PA_ARG_Q], T->where,
+                           "q element %lld (bits 0x%04x) is not finite: seq %d, q head %lld, query token %u, column "
+                           "%lld; a NaN or inf in the valid Q is unsupported input (docs/CONTRACT.md)",
+                           (long long)at, L->q[at], T->where.seq, (long long)(T->head0 + bad / d), tq,
+                           (long long)(bad % d));
+        }
     }
     if (q_len == 1) {
         L->ops->widen(L->q + q_base, (int64_t)T->heads * d, buf->q, L->c.bf16);

@@ -72,6 +72,7 @@ struct ChunkPath {
     static_assert(2 * kL0bOpBytes <= pa::kL0bBytes, "L0B plan overflows");
     static_assert(kL0cO + kSlots * kL0cOBytes <= kL0cBytes, "L0C plan overflows");
     static_assert(kTok % 16 == 0 && kPieceTokens % 16 == 0, "pieces and units start on whole fractals");
+    static_assert(kSlots <= kMaxPSlots && PMat::Rows == kSlotRows, "CubeState keeps a box per P slot");
 
     using Piece = typename CubeState<T>::Piece;
 
@@ -107,6 +108,7 @@ struct ChunkPath {
                 Assign(qMat, kL1Q);
                 Assign(qLeft, j * kL0aQBytes);
                 WaitFlag(kQL1Free);
+                st.template ZeroBuffer<QMat>(kL1Q, st.BeforeQLoad(m, d)); /* rows 1-15 of m = 1: CubeTiles */
                 LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
                 Handoff(kQLoaded);
                 Mov(qLeft, qMat);
@@ -118,6 +120,9 @@ struct ChunkPath {
                 KAll kAll(nkv * d, pc.len);
                 Assign(kAll, kL1Kv0 + bl * kL1KvBytes);
                 WaitFlag(KvL1Free(bl));
+                /* K^T's columns past len are multiplied (CubeTiles): zero unless they already are */
+                st.template ZeroBuffer<KAll>(kL1Kv0 + bl * kL1KvBytes,
+                                             st.BeforeKLoad(bl, nkv * d / 16, pc.len, kTok));
                 LoadDn(kAll, st.k, pc.kvOff + uint64_t(kvh0) * d, nkv * d, pc.len, uint64_t(st.t.kvHeads) * d,
                        kTrafficKv);
                 Handoff(KvLoaded(bl));
@@ -153,7 +158,9 @@ struct ChunkPath {
     /* Unit u: O_tmp = P.V of every head, accumulated over the unit's pieces in the heads' L0C slots.  P comes
      * into the heads' L1 slots in windows of kPieceTokens columns (a hand-off may be longer).  The device
      * multiplies the inner (token) length rounded up to 16, so a ragged window zeroes the P slots and a
-     * ragged piece its V buffer first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
+     * ragged piece's V padding must be zero: padding times padding must be 0, not stale data (NaN x 0 = NaN).
+     * The P slots are zeroed for m = 1 too (TMATMUL multiplies 16 rows), and V's columns past D of the last
+     * head are multiplied: CubeTiles, L1Box. */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
@@ -166,11 +173,7 @@ struct ChunkPath {
                 for (uint32_t j = 0; j < nkv; ++j) {
                     uint32_t r0, m;
                     st.RunRows(tk, kvh0 + j, r0, m);
-                    if (wl % 16 != 0) { /* MTE2, before the load on the same in-order pipe */
-                        PMat whole(kSlotRows, PMat::Cols);
-                        Assign(whole, kL1P + j * kL1PBytes);
-                        ZeroL1(whole);
-                    }
+                    st.template ZeroBuffer<PMat>(kL1P + j * kL1PBytes, st.BeforePLoad(j, m, wl)); /* MTE2 */
                     PMat pMat(m, wl);
                     Assign(pMat, kL1P + j * kL1PBytes);
                     LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
@@ -183,11 +186,9 @@ struct ChunkPath {
                     VAll vAll(pc.len, nkv * d);
                     Assign(vAll, kL1Kv0 + bl * kL1KvBytes);
                     WaitFlag(KvL1Free(bl));
-                    if (pc.len % 16 != 0) {
-                        VAll whole(VAll::Rows, VAll::Cols);
-                        Assign(whole, kL1Kv0 + bl * kL1KvBytes);
-                        ZeroL1(whole);
-                    }
+                    /* the padding past len, the last head's columns past d (CubeTiles): zero unless they are */
+                    st.template ZeroBuffer<VAll>(kL1Kv0 + bl * kL1KvBytes,
+                                                 st.BeforeVLoad(bl, nkv, d, DCap, pc.len));
                     LoadNd(vAll, st.v, pc.kvOff + uint64_t(kvh0) * d, pc.len, nkv * d, uint64_t(st.t.kvHeads) * d,
                            kTrafficKv);
                     Handoff(KvLoaded(bl));

@@ -152,6 +152,7 @@ struct HeadPath {
             QMat qMat(m, d);
             Assign(qMat, kL1Q);
             WaitFlag(kQL1Free);
+            st.template ZeroBuffer<QMat>(kL1Q, st.BeforeQLoad(m, d)); /* a last block of one row: CubeTiles */
             LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
             Handoff(kQLoaded);
             WaitFlag(kQLeftFree);
@@ -167,6 +168,8 @@ struct HeadPath {
                 Assign(op.kMat, kL1Kv0 + b * kL1KvBytes);
                 Assign(op.kRight, b * kL0bBytes);
                 WaitFlag(KvL1Free(b));
+                /* K^T's columns past len are multiplied (CubeTiles): zero unless they already are */
+                st.template ZeroBuffer<KMat>(kL1Kv0 + b * kL1KvBytes, st.BeforeKLoad(b, d / 16, pc.len, kSub));
                 LoadDn(kMat, st.k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
                 Handoff(KvLoaded(b));
                 WaitFlag(L0Free(b));
@@ -190,7 +193,9 @@ struct HeadPath {
     /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  P comes into L1 in
      * windows of kPieceTokens columns (a hand-off may be longer).  The device multiplies the inner (token)
      * length rounded up to 16, so a window whose length is not a multiple of 16 zeroes P's L1 buffer and a
-     * ragged sub-tile V's first: padding times padding must be 0, not stale data (NaN x 0 = NaN). */
+     * ragged sub-tile's V padding must be zero: padding times padding must be 0, not stale data (NaN x 0 =
+     * NaN).  P is zeroed too when its last row block has one row; V's columns past D are multiplied
+     * (CubeTiles, L1Box). */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
@@ -204,11 +209,7 @@ struct HeadPath {
                 PMat pMat(m, wl);
                 Assign(pMat, kL1P);
                 WaitFlag(kPL1Free);
-                if (wl % 16 != 0) { /* MTE2, before the load on the same in-order pipe */
-                    PMat whole(kCubeRows, PMat::Cols);
-                    Assign(whole, kL1P);
-                    ZeroL1(whole);
-                }
+                st.template ZeroBuffer<PMat>(kL1P, st.BeforePLoad(0, m, wl)); /* MTE2, in order with the load */
                 LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(r0) * st.t.handoff + w0, m, wl,
                        st.t.handoff, kTrafficScratch);
                 /* No P -> MTE1 flag: every sub-tile's KvLoaded(b) is set on MTE2 after this load (one in-order
@@ -222,11 +223,8 @@ struct HeadPath {
                     Assign(op.vMat, kL1Kv0 + b * kL1KvBytes);
                     Assign(op.vRight, b * kL0bBytes);
                     WaitFlag(KvL1Free(b));
-                    if (pc.len % 16 != 0) {
-                        VMat whole(VMat::Rows, VMat::Cols);
-                        Assign(whole, kL1Kv0 + b * kL1KvBytes);
-                        ZeroL1(whole);
-                    }
+                    /* the padding past len, V's columns past d (CubeTiles): zero unless they already are */
+                    st.template ZeroBuffer<VMat>(kL1Kv0 + b * kL1KvBytes, st.BeforeVLoad(b, 1, d, DCap, pc.len));
                     LoadNd(vMat, st.v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d,
                            kTrafficKv);
                     Handoff(KvLoaded(b));

@@ -33,9 +33,14 @@ struct CubeTiles {
      * static columns while TMATMUL hands mad the valid n, and mad steps over ceil(n / 16) fractals per 16-row
      * block of B: a right operand narrower than its tile multiplies the wrong elements (kernel/npu/emu/
      * SEMANTICS.md, defect 2; the CPU implementation does not show it).  So the right operand and the
-     * accumulator of every matmul are valid over all their static columns, and only the valid ones are stored:
-     * the columns past them are computed from whatever the L1 buffer holds there (stale or hostile, never
-     * read back as a result).  The inner length stays the valid one (k: the padding rules of ZeroL1). */
+     * accumulator of every matmul are valid over all their static columns, and only the valid ones are stored.
+     * mad reads every element it multiplies, and a NaN or inf among them may raise an AI Core error (Mmad.md;
+     * the emulator faults), so the columns past the valid ones hold zeros, never stale or hostile data: a K/V
+     * buffer is zeroed before a load whenever the piece's matmuls could read bytes of it that the load does not
+     * overwrite and that may be non-zero (L1Box; on MTE2, in order with the load, as ZeroL1 does for ragged
+     * tails).  pto-isa's TMATMUL passes m = 16 for m = 1 (avoiding the GEMV form), so a left operand of one
+     * row has rows 1-15 multiplied too, which the same rule keeps zero in its Q or P L1 tile (RowsMultiplied).
+     * The inner length stays the valid one (k: the padding rules of ZeroL1). */
     struct QkOperands {
         KMat kMat;     /* K^T of the piece in L1, moved whole (d x Tok) */
         KRight kRight; /* d x Tok */
@@ -58,6 +63,40 @@ struct CubeTiles {
     }
 };
 
+/* Rows of a left operand of m rows (in blocks of 16) that the cube multiplies: pto-isa's A2/A3 TMATMUL passes
+ * m = 16 for a block of one row (avoiding mad's GEMV form), so such a block's rows 1-15 are read too. */
+AICORE inline uint32_t RowsMultiplied(uint32_t m) { return m % 16 == 1 ? m + 15 : m; }
+
+/* What of one L1 operand buffer may hold non-zero data: the box rows [0, rows) x columns [0, cols) in the
+ * buffer's own terms (CubeState says which), since every load writes such a box from the origin.  BeforeLoad
+ * is the one rule of when a load must zero the buffer first (CubeTiles: every element a matmul reads is zero
+ * or loaded): the load writes rows [0, wr) x columns [0, wc), the matmuls after it read rows [0, rr) x columns
+ * [0, rc).  Read but not written are A = rows [wr, rr) x columns [0, rc) (V's columns past D, a one-row
+ * block's rows 1-15) and B = rows [0, wr) x columns [wc, rc) (K^T's columns past the piece; the padding of
+ * P.V's inner length in V or P); each must be zero wherever the old box reaches it, else the whole buffer is
+ * zeroed and the box starts empty.  The box then grows by what the load wrote.  So a buffer is zeroed once per
+ * core for pages shorter than the K tile, D below DCap or one-row operands, and once per ragged tail (the K
+ * fill's zeros then cover V's padding).  The result names the reasons for the negative controls (ZeroFill):
+ * B is padding when `bIsPadding`, the rest is operand. */
+struct L1Box {
+    uint32_t rows = ~0u, cols = ~0u;
+
+    AICORE inline ZeroFill BeforeLoad(uint32_t wr, uint32_t wc, uint32_t rr, uint32_t rc, bool bIsPadding)
+    {
+        const uint32_t r = rows < rr ? rows : rr, c = cols < rc ? cols : rc;
+        const bool a = r > wr && c > 0;
+        const bool b = (r < wr ? r : wr) > 0 && c > wc;
+        const ZeroFill why = FillKind(b && bIsPadding, a || (b && !bIsPadding));
+        if (why != 0) rows = cols = 0;
+        if (wr > rows) rows = wr;
+        if (wc > cols) cols = wc;
+        return why;
+    }
+};
+
+/* P slots of the chunk path (ChunkSlots at most); the head path uses one. */
+constexpr int kMaxPSlots = 8;
+
 template <typename T>
 struct CubeState {
     const Tiling &t;
@@ -68,6 +107,53 @@ struct CubeState {
     uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
     uint32_t l1Toggle = 0;    /* alternates the two K/V L1 buffers (per piece)                            */
     uint32_t l0Toggle = 0;    /* alternates the two L0 operand / S accumulator buffers (per matmul)       */
+
+    /* Which L1 operand bytes may hold non-zero data, per buffer, kept across the core's tasks so that a load
+     * zeroes its buffer only when a matmul could read stale or hostile bytes (L1Box).  The K/V buffers in
+     * group x token terms: both paths lay K^T out ZN and V NZ over the same static token count, a group being
+     * 16 rows of K^T or 16 columns of V with one fractal per 16 tokens, and a token's 16 elements in a group
+     * one 32-byte line of its fractal in both layouts, so a K load and a V load of g groups and len tokens
+     * write exactly the same bytes (tokens [0, len) of groups [0, g)).  Q and the P slots in row x column
+     * terms.  Each starts as everything (power-on data or another kernel's; hostile in the emulator). */
+    L1Box kvBox[2];
+    L1Box qBox;
+    L1Box pBox[kMaxPSlots];
+
+    /* Before K^T of `groups` 16-row groups (the chunk's KV heads x D / 16) and len tokens goes into K/V buffer
+     * bl: Q.K^T reads every one of the tile's `tok` static columns of those groups (the columns past len are
+     * multiplied, never stored). */
+    AICORE inline ZeroFill BeforeKLoad(uint32_t bl, uint32_t groups, uint32_t len, uint32_t tok)
+    {
+        return kvBox[bl].BeforeLoad(groups, len, groups, tok, false);
+    }
+    /* Before V of nkv KV heads of d columns and len tokens goes into K/V buffer bl: the last head's P.V reads
+     * its view's DCap columns from column (nkv - 1) * d, and len rounded up to 16 rows (the inner length's
+     * padding, which the device multiplies). */
+    AICORE inline ZeroFill BeforeVLoad(uint32_t bl, uint32_t nkv, uint32_t d, uint32_t dcap, uint32_t len)
+    {
+        return kvBox[bl].BeforeLoad(nkv * d / 16, len, ((nkv - 1) * d + dcap) / 16, AlignUp(len, 16), true);
+    }
+    /* Before m rows of Q (d columns) go into the Q staging tile: its row blocks are multiplied (RowsMultiplied). */
+    AICORE inline ZeroFill BeforeQLoad(uint32_t m, uint32_t d)
+    {
+        return qBox.BeforeLoad(m, d, RowsMultiplied(m), d, false);
+    }
+    /* Before an m x wl window of P goes into P slot j: its row blocks are multiplied, over wl rounded up to 16
+     * columns (P.V's inner length with its padding). */
+    AICORE inline ZeroFill BeforePLoad(uint32_t j, uint32_t m, uint32_t wl)
+    {
+        return pBox[j].BeforeLoad(m, wl, RowsMultiplied(m), AlignUp(wl, 16), true);
+    }
+    /* The fill itself: the whole buffer (tile type Whole at l1Addr) when `why` says so (MTE2, in order with
+     * the load after it). */
+    template <typename Whole>
+    static AICORE inline void ZeroBuffer(uint32_t l1Addr, ZeroFill why)
+    {
+        if (why == 0) return;
+        Whole whole(Whole::Rows, Whole::Cols);
+        Assign(whole, l1Addr);
+        ZeroL1(whole, why);
+    }
 
     /* A page-contiguous run of tokens inside a unit: GM element offset of its first token for kv head 0. */
     struct Piece {

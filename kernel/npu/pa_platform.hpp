@@ -148,15 +148,26 @@ AICORE inline void Extract(DstT &dst, SrcT &src, uint32_t row, uint32_t col)
 #endif
 }
 
+/* Why a zero fill is there: the padding of a ragged inner length, or the operand columns/rows a matmul multiplies
+ * but never stores (CubeTiles), or both.  The negative controls (pa_sim_skip_zero_padding, a mask) skip a fill
+ * when every reason it has is masked. */
+enum ZeroFill : int { kFillPadding = 1, kFillOperand = 2 };
+AICORE inline ZeroFill FillKind(bool padding, bool operand)
+{
+    return ZeroFill((padding ? kFillPadding : 0) | (operand ? kFillOperand : 0));
+}
+
 /* Zero a whole L1 tile, padding included (the fill the cube uses where a matmul reads padding).  On A2/A3
  * the L1 fill runs on MTE2 (pto-isa's op-to-pipe map: TEXPANDS_MAT), in order with the loads after it. */
 template <typename TileT>
-AICORE inline void ZeroL1(TileT &tile)
+AICORE inline void ZeroL1(TileT &tile, ZeroFill kind = kFillPadding)
 {
 #if defined(__CPU_SIM)
-    if (rec::SkipZeroPadding()) return; /* negative control: padding left as the device leaves it */
+    if (rec::SkipZeroFill(kind)) return; /* negative control: the tile left as the device leaves it */
 #elif defined(PA_DEVICE_SIM)
-    if (devsim::SkipZeroPadding()) return;
+    if (devsim::SkipZeroFill(kind)) return;
+#else
+    (void)kind;
 #endif
     PA_RECORD(kPipeMte2, "TEXPANDS_L1", rec::ShapeOf(tile), {rec::Of(tile, true)});
     TEXPANDS(tile, typename TileT::DType(0.0f));

@@ -97,8 +97,10 @@ void pa_sim_drop_sync(int32_t id);
 #define PA_SIM_MUTATE_NO_DRAIN 5
 #define PA_SIM_MUTATIONS 6
 void pa_sim_mutate_sync(int32_t kind, int32_t edge);
-/* Negative control of the device-padding model: on != 0 skips the kernel's zero fills of the L1 padding that a
- * P.V over a ragged tail multiplies; in checked mode the output then holds NaN (on-chip memory starts as NaN). */
+/* Negative controls of the kernel's L1 zero fills, a mask: bit 0 (1) skips the fills of the padding a P.V over a
+ * ragged tail multiplies (in checked mode the output then holds NaN: on-chip memory starts as NaN); bit 1 (2) the
+ * fills of the operand columns and rows a matmul multiplies but never stores (past a piece's end, past D, rows
+ * 1-15 of a one-row operand: CubeTiles), which the device-path sim's mad check then faults on (NON_FINITE). */
 void pa_sim_skip_zero_padding(int32_t on);
 /* Negative control of the store-atomic reset (device-path simulation only): on != 0 skips the kernel's
  * set_atomic_none at entry, so its first GM store meets the mode a previous kernel left and the launch fails. */

@@ -15,8 +15,8 @@ namespace pa::devsim {
 bool EdgeDropped(int edge);
 /* Edge `edge` carries mutation `kind` (PA_SIM_MUTATE_*, pa_sim_mutate_sync). */
 bool Mutated(int edge, int kind);
-/* Negative control of the padding the cube multiplies: the kernel's zero fills of L1 padding are skipped. */
-bool SkipZeroPadding();
+/* Negative control of the kernel's L1 zero fills: the fills of kind `kind` (pa::ZeroFill) are skipped. */
+bool SkipZeroFill(int kind);
 /* Negative control of the store-atomic reset: the kernel's set_atomic_none at entry is skipped. */
 bool KeepInheritedAtomics();
 /* Negative control of initcheck: every TLOAD (LoadNd) from GM argument `slot` loads one row fewer than the tile's

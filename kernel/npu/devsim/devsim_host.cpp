@@ -9,7 +9,8 @@
  * pa_sim_last_seed), PA_SIM_SOC (910B1..910B4, A3; default 910B2), PA_SIM_SWITCH_EVERY (mean intrinsics between
  * baton passes, default 16), PA_SIM_IN_FLIGHT (instructions a core's pipes hold before retiring, default 256; 0
  * retires in program order), PA_SIM_INITCHECK (0 turns initcheck's UNINIT faults off; on by default in checked
- * mode).  The same through pa_sim_set_seed / pa_sim_set_soc.
+ * mode), PA_SIM_MAD_INPUT_CHECK (0 turns off the fault on a non-finite mad operand element, for experiments;
+ * default on).  The same through pa_sim_set_seed / pa_sim_set_soc.
  */
 #include <atomic>
 #include <algorithm>
@@ -54,7 +55,7 @@ struct HostState {
 thread_local HostState host;
 
 std::atomic<int32_t> g_droppedEdge{-1};
-std::atomic<bool> g_skipZeroPadding{false};
+std::atomic<int32_t> g_skipZeroPadding{0}; /* pa_sim_skip_zero_padding: a mask of pa::ZeroFill kinds */
 std::atomic<bool> g_keepInheritedAtomics{false};
 std::atomic<int32_t> g_shortenedSlot{-1};
 std::atomic<int32_t> g_mutationKind{-1}, g_mutationEdge{-1};
@@ -130,6 +131,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     if (const char *init = std::getenv("PA_SIM_INITCHECK")) cfg.initcheck = std::atoi(init) != 0;
     if (const char *every = std::getenv("PA_SIM_SWITCH_EVERY")) cfg.switchEvery = uint32_t(std::max(1, std::atoi(every)));
     if (const char *depth = std::getenv("PA_SIM_IN_FLIGHT")) cfg.inFlight = uint32_t(std::max(0, std::atoi(depth)));
+    if (const char *mad = std::getenv("PA_SIM_MAD_INPUT_CHECK")) cfg.checkMadInputs = std::strcmp(mad, "0") != 0;
     for (int slot = 0; slot < PA_NUM_PTR_ARGS; ++slot) {
         const uint64_t start = reinterpret_cast<uint64_t>(ptr[slot]), bytes = host.config.extent_bytes[slot];
         if (start == 0 || bytes == 0) continue;
@@ -198,14 +200,17 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
     }
     /* the checker's reports, and the emulator's own ordering faults (a flag set twice), are hazards */
     const bool hazard = error.find("HAZARD") != std::string::npos;
-    SetError(hazard ? PA_ERR_HAZARD : PA_ERR_INTERNAL, error);
+    /* mad's operand check (emu_cube.cpp): a non-finite Q, K or V reached the cube, as the mock's NON_FINITE */
+    const bool nonFinite =
+        error.find("mad on ") != std::string::npos && error.find("non-finite element") != std::string::npos;
+    SetError(hazard ? PA_ERR_HAZARD : nonFinite ? PA_ERR_NON_FINITE : PA_ERR_INTERNAL, error);
     return host.lastError.code;
 }
 
 }  // namespace
 
 namespace pa::devsim {
-bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
+bool SkipZeroFill(int kind) { return (g_skipZeroPadding.load(std::memory_order_relaxed) & kind) == kind; }
 bool KeepInheritedAtomics() { return g_keepInheritedAtomics.load(std::memory_order_relaxed); }
 bool ShortenedLoad(int slot) { return g_shortenedSlot.load(std::memory_order_relaxed) == slot; }
 bool EdgeDropped(int edge) { return g_droppedEdge.load(std::memory_order_relaxed) == edge; }
@@ -329,7 +334,7 @@ int32_t pa_sim_trace_event_bytes(void) { return int32_t(sizeof(pa_sim_trace_even
 
 int32_t pa_sim_sync_point_count(void) { return pa::kEdgeCount; }
 void pa_sim_drop_sync(int32_t id) { g_droppedEdge = id; }
-void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on != 0; }
+void pa_sim_skip_zero_padding(int32_t on) { g_skipZeroPadding = on; }
 void pa_sim_keep_inherited_atomics(int32_t on) { g_keepInheritedAtomics = on != 0; }
 void pa_sim_shorten_load(int32_t slot) { g_shortenedSlot = slot; }
 void pa_sim_mutate_sync(int32_t kind, int32_t edge)

@@ -350,6 +350,7 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
             emu::SetInitCheck(a->core, cfg.checked && cfg.initcheck);
             emu::SetPipeReorder(a->core, cfg.inFlight, cfg.seed * 2654435761ull + a->index);
             if (cfg.trace != nullptr) a->trace = std::make_unique<TraceStream>(b, role);
+            a->core.check_mad_inputs = cfg.checkMadInputs;
             labels.push_back(Label(b, role));
             r.agents.push_back(std::move(a));
         }

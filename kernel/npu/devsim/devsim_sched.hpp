@@ -53,6 +53,7 @@ struct LaunchConfig {
     uint32_t switchEvery = 16;
     uint32_t inFlight = 256;                               /* per core: instructions queued in its pipes (0: program order) */
     bool checked = true;                                   /* hazard checker on */
+    bool checkMadInputs = true;                            /* a non-finite mad operand element faults (PA_SIM_MAD_INPUT_CHECK) */
     bool initcheck = true;                                 /* with checked: UNINIT faults (emu_initcheck.hpp) */
     int64_t dropSignal = -1;                               /* fault injection: the n-th FFTS message is lost */
     std::vector<std::pair<uint64_t, uint64_t>> gmBuffers;  /* every registered argument range */

@@ -93,6 +93,7 @@ struct Core {
     bool fmatrix_set = false, fmatrix_b_set = false;
     uint64_t nd_para = 0;                  /* set_nd_para */
     bool nd_para_set = false;
+    bool check_mad_inputs = true;          /* mad faults on a non-finite operand element (emu_cube.cpp) */
     /* Store atomics (emu_atomic.cpp): the operation and element type GM stores apply (set_atomic_*), and whether
      * each was set in this launch (false: what the previous kernel on the core left, RandomiseModeState). */
     StoreAtomicOp atomic_op = StoreAtomicOp::None;

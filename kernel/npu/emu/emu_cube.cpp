@@ -9,7 +9,10 @@
  *   L0C Nz (M x N, fp32):    (n / 16) x Mp x 16 + m x 16 + n % 16
  * where Mp, Kp, Np are the extents rounded up to 16.
  */
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -101,6 +104,36 @@ float Element(const In *p, uint64_t i)
     }
 }
 
+/* Mmad.md: "avoid NaN inputs to Mmad, otherwise an execution error may occur".  A device may raise an AI Core
+ * error, or compute on; either way a result built on such an element is not one the kernel can stand behind, so
+ * every element the multiply reads - the valid m x k of A and k x n of B, including columns of B whose results
+ * are never stored - must be finite (inf is checked too: inf x 0 is NaN).  The fault names the operand, its
+ * region and byte offset, and the element's (row, column).  Core::check_mad_inputs turns it off. */
+template <typename In>
+void CheckFinite(const In *p, uint64_t base, uint64_t index, const char *operand, Space space, uint64_t row,
+                 uint64_t col)
+{
+    const float x = Element(p, index);
+    if (std::isfinite(x)) return;
+    uint16_t bits;
+    std::memcpy(&bits, p + index, 2);
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "non-finite element %s[%llu][%llu] (bits 0x%04x) at %s byte offset %llu: Mmad.md, a NaN input may "
+                  "raise an execution error (PA_SIM_MAD_INPUT_CHECK=0 turns this check off)",
+                  operand, static_cast<unsigned long long>(row), static_cast<unsigned long long>(col), bits,
+                  SpaceName(space), static_cast<unsigned long long>(base + index * 2));
+    Raise("mad", Pipe::M, operand, base + index * 2, why);
+}
+
+/* Mmad.md: while CTRL[48] = 0 an inf output saturates to the largest finite value of its sign, a NaN to 0. */
+float SaturateOutput(float x, bool saturate)
+{
+    if (!saturate || std::isfinite(x)) return x;
+    if (std::isnan(x)) return 0.0f;
+    return x > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+}
+
 /* initcheck of mad (emu_initcheck.hpp): C[i][j] derives from unwritten bytes iff some A[i][l] or B[l][j], l < k,
  * does (or, accumulating, C[i][j] did): per row of A and column of B once, then per element of C. */
 void MadTaint(const char *name, const Taint *a, const Taint *b, Taint *c, uint64_t m, uint64_t k, uint64_t n, bool init)
@@ -148,26 +181,37 @@ void Mad(float *c, In *a, In *b, const u16f &mF, const u16f &kF, const u16f &nF,
     const In *A = reinterpret_cast<const In *>(OnChip(Space::L0A, a, mp * kp * 2, kFractal, name, Pipe::M, "a"));
     const In *B = reinterpret_cast<const In *>(OnChip(Space::L0B, b, kp * np * 2, kFractal, name, Pipe::M, "b"));
     float *C = reinterpret_cast<float *>(OnChip(Space::L0C, c, mp * np * 4, 64, name, Pipe::M, "c"));
+    const uint64_t aBase = OnChipOffset(a, name, Pipe::M, "a"), bBase = OnChipOffset(b, name, Pipe::M, "b");
+    const Core &core = Current();
+    const bool saturate = ((core.ctrl >> 48) & 1) == 0, check = core.check_mad_inputs;
+    auto aAt = [=](uint64_t i, uint64_t l) { return (i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16; };
+    auto bAt = [=](uint64_t l, uint64_t j) { return (l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16; };
     const Taint *shadowA = ShadowAt(Space::L0A, reinterpret_cast<const uint8_t *>(A));
     const Taint *shadowB = ShadowAt(Space::L0B, reinterpret_cast<const uint8_t *>(B));
     Taint *shadowC = ShadowAt(Space::L0C, reinterpret_cast<const uint8_t *>(C));
     auto multiply = [=] {
+        if (check) { /* at retire: the operands as the M pipe reads them */
+            for (uint64_t i = 0; i < m; ++i) {
+                for (uint64_t l = 0; l < k; ++l) CheckFinite(A, aBase, aAt(i, l), "a", Space::L0A, i, l);
+            }
+            for (uint64_t l = 0; l < k; ++l) {
+                for (uint64_t j = 0; j < n; ++j) CheckFinite(B, bBase, bAt(l, j), "b", Space::L0B, l, j);
+            }
+        }
         if (shadowA) MadTaint(name, shadowA, shadowB, shadowC, m, k, n, init);
         for (uint64_t i = 0; i < m; ++i) {
             for (uint64_t j = 0; j < n; ++j) {
                 float sum = 0.0f;
                 for (uint64_t l = 0; l < k; ++l) {  /* valid k only: the padding of a fractal is ignored */
-                    const float x = Element(A, (i / 16) * kp * 16 + (l / 16) * 256 + (i % 16) * 16 + l % 16);
-                    const float y = Element(B, (l / 16) * np * 16 + (j / 16) * 256 + (j % 16) * 16 + l % 16);
-                    sum += x * y;
+                    sum += Element(A, aAt(i, l)) * Element(B, bAt(l, j));
                 }
                 float &out = C[(j / 16) * mp * 16 + i * 16 + j % 16];
-                out = init ? sum : out + sum;
+                out = SaturateOutput(init ? sum : out + sum, saturate);
             }
         }
     };
-    acc.push_back({Space::L0A, OnChipOffset(a, name, Pipe::M, "a"), mp * kp * 2, false});
-    acc.push_back({Space::L0B, OnChipOffset(b, name, Pipe::M, "b"), kp * np * 2, false});
+    acc.push_back({Space::L0A, aBase, mp * kp * 2, false});
+    acc.push_back({Space::L0B, bBase, kp * np * 2, false});
     if (!init) acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, false});
     acc.push_back({Space::L0C, OnChipOffset(c, name, Pipe::M, "c"), mp * np * 4, true});
     Execute(Work(name, Pipe::M, acc, m, k, n), multiply);

@@ -204,10 +204,10 @@ void RunCoreRole(sim::Launch &L, uint32_t core, int32_t role, const std::functio
 }
 
 namespace {
-std::atomic<bool> g_skipZeroPadding{false};
+std::atomic<int32_t> g_skipZeroPadding{0}; /* a mask of pa::ZeroFill kinds */
 }  // namespace
 
-bool SkipZeroPadding() { return g_skipZeroPadding.load(std::memory_order_relaxed); }
+bool SkipZeroFill(int kind) { return (g_skipZeroPadding.load(std::memory_order_relaxed) & kind) == kind; }
 
 void InvalidateCache()
 {
@@ -231,4 +231,4 @@ void NoteAssign(int space, uint64_t begin, uint64_t end)
 
 }  // namespace pa::rec
 
-extern "C" void pa_sim_skip_zero_padding(int32_t on) { pa::rec::g_skipZeroPadding.store(on != 0); }
+extern "C" void pa_sim_skip_zero_padding(int32_t on) { pa::rec::g_skipZeroPadding.store(on); }

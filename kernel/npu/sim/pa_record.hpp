@@ -153,8 +153,8 @@ void AllVectorBarrier(int edge, int pipe);
  * the hazard checker (checked mode, with NaN-initialised on-chip memory), the core-exit flag check, and the
  * unwinding of a failed launch. */
 void RunCoreRole(sim::Launch &L, uint32_t core, int32_t role, const std::function<void()> &body);
-/* pa_sim_skip_zero_padding: the kernel's zero fills of padding that a matmul reads are skipped. */
-bool SkipZeroPadding();
+/* pa_sim_skip_zero_padding: the kernel's zero fills of kind `kind` (pa::ZeroFill) are skipped. */
+bool SkipZeroFill(int kind);
 /* dcci: makes GM that other cores wrote visible to this core's scalar reads. */
 void InvalidateCache();
 /* Peak on-chip use, and the A2/A3 fixed UB temporary kept free of the kernel's own buffers. */
