@@ -1,5 +1,5 @@
 """How often the kernel zeroes an L1 operand buffer (kernel/npu/pa_cube_state.hpp, ``L1Box``), counted in the
-CPU-implementation oracle's instruction trace (``TEXPANDS_L1`` on the cube).
+device's instruction stream on the emulator (``create_cbuf_matrix`` on the cube).
 
 A matmul reads more of a K/V buffer than a short piece writes (K^T's columns past the piece, V's columns past D),
 so those bytes must be zero (the mad operand check, tests/test_sim_device_path.py, shows what happens otherwise);
@@ -22,7 +22,7 @@ for path in (ROOT, TESTS):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from test_sim_kernel import needs_cpu_sim  # noqa: E402
+from test_sim_kernel import needs_sim  # noqa: E402
 
 from tiling.abi import ArgSlot  # noqa: E402
 from timing import trace as tr  # noqa: E402
@@ -46,13 +46,14 @@ def cube_fills_and_kv_loads(shape_args: dict) -> tuple[np.ndarray, np.ndarray]:
     trace = trace_of(uniform_shape(2, 1024, **shape_args), CORES)
     ev = trace.events
     cube = (ev["role"] == 0) & (ev["kind"] == tr.EV_INSTR)
-    fill = cube & (ev["op"] == trace.op_names.index("TEXPANDS_L1"))
-    kv = cube & (ev["op"] == trace.op_names.index("TLOAD")) & np.isin(ev["slot"], (ArgSlot.K, ArgSlot.V))
+    fills = [i for i, name in enumerate(trace.op_names) if name.startswith("create_cbuf_matrix")]
+    fill = cube & np.isin(ev["op"], fills)
+    kv = cube & (ev["pipe"] == tr.PIPE_MTE2) & np.isin(ev["slot"], (ArgSlot.K, ArgSlot.V))
     cores = int(ev["core"].max()) + 1
     return np.bincount(ev["core"][fill], minlength=cores), np.bincount(ev["core"][kv], minlength=cores)
 
 
-@needs_cpu_sim
+@needs_sim
 @pytest.mark.parametrize("name", CASES)
 def test_a_buffer_is_zeroed_once_per_core_not_once_per_piece(name: str) -> None:
     shape_args, most = CASES[name]
