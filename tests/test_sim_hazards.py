@@ -223,7 +223,9 @@ def run_child(*args: str, env: dict[str, str] | None = None) -> Any:
 
 @cache
 def sweep(library: str = "device") -> dict[str, Any]:
-    return run_child("sweep", library)
+    # The mad operand check off: a dropped edge can let the cube multiply data not yet written, which that check
+    # reports before the hazard checker does; the sweep shows the hazard checker alone catches every edge.
+    return run_child("sweep", library, env={"PA_SIM_MAD_INPUT_CHECK": "0"})
 
 
 @cache
