@@ -24,7 +24,6 @@ for path in (ROOT, TESTS):
 
 from test_sim_kernel import needs_sim  # noqa: E402
 
-from tiling.abi import ArgSlot  # noqa: E402
 from timing import trace as tr  # noqa: E402
 
 #: (shape arguments, the most fills a cube core may issue): pieces shorter than the K tile on the chunk path and on
@@ -48,7 +47,7 @@ def cube_fills_and_kv_loads(shape_args: dict) -> tuple[np.ndarray, np.ndarray]:
     cube = (ev["role"] == 0) & (ev["kind"] == tr.EV_INSTR)
     fills = [i for i, name in enumerate(trace.op_names) if name.startswith("create_cbuf_matrix")]
     fill = cube & np.isin(ev["op"], fills)
-    kv = cube & (ev["pipe"] == tr.PIPE_MTE2) & np.isin(ev["slot"], (ArgSlot.K, ArgSlot.V))
+    kv = cube & tr.kv_loads(ev)
     cores = int(ev["core"].max()) + 1
     return np.bincount(ev["core"][fill], minlength=cores), np.bincount(ev["core"][kv], minlength=cores)
 

@@ -203,6 +203,9 @@ def test_device_trace_mirror_matches_the_library() -> None:
     lib = ctypes.CDLL(str(LIB))
     tr.declare(lib)
     assert lib.pa_sim_trace_event_bytes() == tr.TRACE_DTYPE.itemsize
+    from tiling.abi import ArgSlot
+
+    assert tr.KV_SLOTS == (ArgSlot.K, ArgSlot.V)
 
 
 @needs_sim
@@ -228,7 +231,7 @@ def test_the_device_stream_replays_every_intrinsic_it_holds(cost_tables: CostTab
     for i in np.unique(ev[instr]["op"]):
         first = ev[instr & (ev["op"] == i)][0]
         assert pricer.price(first).seconds >= 0, trace.op_names[i]
-    kv = instr & np.isin(names, list(DEVICE_GM_TRANSFERS)) & np.isin(ev["slot"], [1, 2]) & (ev["pipe"] == 1)
+    kv = tr.kv_loads(ev) & np.isin(names, list(DEVICE_GM_TRANSFERS))
     assert int(ev[kv]["bytes"].sum()) == result["stats"]["kv_read_bytes"]
     mads = ev[instr & (names == "mad")]
     assert (mads["rows"] > 0).all() and (mads["k"] > 0).all() and (mads["cols"] > 0).all()

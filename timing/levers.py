@@ -36,14 +36,13 @@ from timing.replay import replay
 from workloads import bytes_model
 from workloads.shapes import pr_shapes
 
-KV_SLOTS = (1, 2)  # kernel ABI: k, v
 DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16",
                   "b64_h32kv8_d128_ctx2k_bs128_fp16")
 
 
 def long_bursts(trace: tr.Trace) -> tr.Trace:
     events = trace.events.copy()
-    kv = (events["kind"] == tr.EV_INSTR) & (events["pipe"] == tr.PIPE_MTE2) & np.isin(events["slot"], KV_SLOTS)
+    kv = tr.kv_loads(events)
     events["burst_bytes"][kv] = events["bytes"][kv].astype(np.uint32)
     events["bursts"][kv] = 1
     events["gm_offset"][kv] = 0

@@ -41,8 +41,6 @@ TraceSource = Literal["device", "cpu"]
 ENVELOPE_TB_PER_S = 1.126
 #: its K/V rows: D = 128 fp16 (simpler's kernel reads one KV head's row per burst)
 ENVELOPE_KV_BURST_BYTES = 256
-#: kernel ABI slots of the K and V caches
-KV_SLOTS = (1, 2)
 
 
 @overload
@@ -92,8 +90,7 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None,
     costs = load_cost_tables()
     trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens, source=source)
     total_bytes = bytes_model.traffic(shape).total_bytes
-    kv = trace.events[(trace.events["kind"] == tr.EV_INSTR) & np.isin(trace.events["slot"], KV_SLOTS)
-                      & (trace.events["pipe"] == tr.PIPE_MTE2)]
+    kv = trace.events[tr.kv_loads(trace.events)]
     bursts, counts = np.unique(kv["burst_bytes"], return_counts=True)
     nominal, fast, slow = (replay(trace, costs, c) for c in band_ends())
     floor_us = total_bytes / DEFAULT.hbm_peak_bytes_per_s * 1e6

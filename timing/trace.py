@@ -28,6 +28,8 @@ ROLES = ("cube", "vector 0", "vector 1")
 #: cross-core signal directions (``dst`` of SIGNAL/XWAIT)
 TO_VECTORS, TO_CUBE = 0, 1
 NO_SLOT = 255
+#: kernel ABI slots of the K and V caches (``tiling.abi.ArgSlot.K``, ``.V``)
+KV_SLOTS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class Trace:
         keys = keys[order]
         cuts = np.flatnonzero(np.diff(keys)) + 1
         return {(int(c[0]["core"]), int(c[0]["role"])): c for c in np.split(ev, cuts) if len(c)}
+
+
+def kv_loads(events: np.ndarray) -> np.ndarray:
+    """Which events are loads of the K or V cache (instructions on MTE2 from those slots), in either record."""
+    return (events["kind"] == EV_INSTR) & (events["pipe"] == PIPE_MTE2) & np.isin(events["slot"], KV_SLOTS)
 
 
 def declare(lib: ctypes.CDLL) -> None:

@@ -405,7 +405,6 @@ std::string RunLaunch(const LaunchConfig &cfg, Figures &figures)
         for (int i = 0; i < 5; ++i) figures.peak[i] = std::max(figures.peak[i], f.peak[i]);
     }
     if (cfg.trace != nullptr) {
-        cfg.trace->clear();
         for (const auto &a : r.agents) cfg.trace->insert(cfg.trace->end(), a->trace->Events().begin(), a->trace->Events().end());
     }
     if (r.error.empty() && r.aborted) r.error = DeadlockText(r);

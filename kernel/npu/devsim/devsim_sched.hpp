@@ -61,7 +61,7 @@ struct LaunchConfig {
     std::vector<GmClass> classes;
     std::function<void(uint32_t block, int role)> body;   /* runs the kernel on the current core */
     void *caller = nullptr; /* the caller's own per-launch state, reached from the cores by CurrentConfig() */
-    std::vector<pa_sim_trace_event> *trace = nullptr; /* non-null: the launch's instruction stream goes here */
+    std::vector<pa_sim_trace_event> *trace = nullptr; /* non-null: the launch's instruction stream is appended here */
 };
 
 /* Runs one launch to its end; returns "" or the first failure's text (a fault, a HAZARD or a DEADLOCK). */

@@ -139,7 +139,6 @@ void TraceStream::Record(const emu::Issue &issue, const std::vector<GmClass> &gm
         ev.bytes = gmBytes;
         ev.bursts = issue.shape[0];
         ev.burst_bytes = issue.shape[1];
-        ev.rows = issue.shape[0];
     } else if (mad) {
         ev.rows = issue.shape[0];
         ev.k = issue.shape[1];
