@@ -51,7 +51,8 @@ MUTATE_WRONG_SOURCE, MUTATE_SHARED_EVENT, MUTATE_SIGNAL_PIPE = 1, 2, 3
 #: split-KV with the combine and several heads per vector sub-core (bf16 D64), ragged tails with D256, many
 #: splits, an empty sequence after a full one on one core (a gather order the planner does not choose),
 #: 1024-token hand-offs (the vectors' two-pass pieces, the cube's P windows) on the chunk path and, with a KV
-#: group of 32 heads, on the head path, and the decode features (window, sinks, lse) with and without the combine.
+#: group of 32 heads, on the head path, and the decode features (window, sinks, lse, several query tokens) with and
+#: without the combine.
 DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [1, 130, 1300], "cores": 2},
     {**BASE, "lens": [1500, 40], "hq": 16, "hkv": 2, "d": 64, "bs": 64, "dtype": "bf16", "cores": 3},
@@ -67,6 +68,12 @@ DROP_CASES: list[dict[str, Any]] = [
     {**BASE, "lens": [300, 0, 45], "window": 100, "sinks": "fp16", "lse": True, "cores": 2, "strategy": "bn"},
     {**BASE, "lens": [800, 0, 40], "hq": 4, "hkv": 1, "d": 64, "bs": 64, "dtype": "bf16", "window": 500,
      "sinks": "fp32", "lse": True, "cores": 8, "strategy": "split_kv"},
+    # several query tokens: a piece masked on both sides (a window's left edge and the causal edge) on the chunk
+    # path; 64-row runs on the head path (two slices) with a window, the lse and the combine
+    {**BASE, "lens": [300, 0, 45], "q_len": 4, "hq": 8, "hkv": 2, "d": 64, "bs": 16, "window": 20, "sinks": "bf16",
+     "lse": True, "cores": 2, "strategy": "bn"},
+    {**BASE, "lens": [700, 33], "q_len": 8, "hq": 8, "hkv": 1, "d": 64, "bs": 64, "window": 200, "lse": True,
+     "cores": 8, "strategy": "split_kv"},
 ]
 
 

@@ -84,7 +84,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Child-process body: plan, launch once, compare.  Returns figures for the parent."""
     rng = np.random.default_rng(case.get("seed", 0))
     lens, hq, hkv, d, bs = case["lens"], case["hq"], case["hkv"], case["d"], case["bs"]
-    dtype, batch = case["dtype"], len(case["lens"])
+    dtype, batch, q_len = case["dtype"], len(case["lens"]), case.get("q_len", 1)
     max_pages = max(1, max(-(-n // bs) for n in lens)) + 1
     num_blocks = sum(-(-n // bs) for n in lens) + EXTRA_PAGES
     scale = 1.0 / np.sqrt(d)
@@ -93,9 +93,9 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype,
         core_count=case.get("cores", 4), strategy=case.get("strategy", "auto"),
         handoff_tokens=case.get("handoff"), window_left=case.get("window", -1), sinks_dtype=case.get("sinks"),
-        return_lse=bool(case.get("lse")),
+        return_lse=bool(case.get("lse")), q_len=q_len,
     )
-    q_dev, _ = quantize(rng.standard_normal((batch, hq, d)), dtype)
+    q_dev, _ = quantize(rng.standard_normal((batch, q_len, hq, d)), dtype)
     k_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
     v_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
     table = np.full((batch, max_pages), -1, dtype=np.int32)
@@ -110,10 +110,10 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     window = case.get("window", -1)
     if window >= 0:  # pages wholly before a window are never read: their entries may be anything
         for b, n in enumerate(lens):
-            table[b, : int(abi.kv_first_token(n, 1, window, bs)) // bs] = -1
+            table[b, : int(abi.kv_first_token(n, q_len, window, bs)) // bs] = -1
     sinks_dev, sinks_ref = make_sinks(rng, case.get("sinks"), hq)
     elem = np.float16 if dtype == "fp16" else np.uint16
-    out = np.full((batch, hq, d), np.nan, dtype=np.float32).astype(elem)
+    out = np.full((batch, q_len, hq, d), np.nan, dtype=np.float32).astype(elem)
     ws = plan.workspace
     bufs = {
         abi.ArgSlot.Q: q_dev, abi.ArgSlot.K: k_dev, abi.ArgSlot.V: v_dev, abi.ArgSlot.BLOCK_TABLES: table,
@@ -124,7 +124,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     }
     if sinks_dev is not None:
         bufs[abi.ArgSlot.SINKS] = sinks_dev
-    lse_out = np.full((batch, hq), np.nan, np.float32)
+    lse_out = np.full((batch, q_len, hq), np.nan, np.float32)
     if case.get("lse"):
         bufs[abi.ArgSlot.LSE] = lse_out
     if ws.o_core_bytes:

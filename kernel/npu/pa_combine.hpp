@@ -1,5 +1,5 @@
 /*
- * Split-KV combine (vector cores, after the all-vector barrier): for each (schedule position, q head) the
+ * Split-KV combine (vector cores, after the all-vector barrier): for each (schedule position, query row t * Hq + h) the
  * m_split normalised partials O_i and their lse_i = ln(l_i) + m_i become
  *     O = sum_i w_i O_i,   w_i = exp(lse_i - M) / sum_j exp(lse_j - M),   M = max_i lse_i,
  * cast once to the output dtype.  Work items are spread over all 2 * block_num vector sub-cores (the
@@ -51,8 +51,10 @@ struct CombineCore {
     Gm<float> ocore, l, lseGm; /* PA_ARG_LSE, NULL without the lse */
     __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
 
-    AICORE inline void One(uint32_t slot, uint32_t head)
+    /* Query row `row` (token t, head h: t * Hq + h) of slot `slot`. */
+    AICORE inline void One(uint32_t slot, uint32_t row)
     {
+        const uint32_t head = row % t.numHeads;
         const uint32_t d = t.headDim;
         const uint64_t kvcn = t.kvCoreNum;
         const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
@@ -75,7 +77,7 @@ struct CombineCore {
         Assign(lseOut, kUbLseOut);
         const bool withSink = t.sinksDtype != PA_SINKS_NONE;
         WaitFlag(kLseUbFree);
-        LoadNd(lse, l, addrL + uint64_t(head) * kvcn, 1, m, m, kTrafficPartial);
+        LoadNd(lse, l, addrL + uint64_t(row) * kvcn, 1, m, m, kTrafficPartial);
         if (withSink) LoadSinks(t, sinks, head, 1, sink, h16, b16);
         Handoff(kLseLoaded);
         /* the widened sink is next read after the V -> S wait below, which waits for every earlier V instruction */
@@ -113,7 +115,7 @@ struct CombineCore {
             Assign(chunk, kUbChunk);
             Assign(w, kUbLse + c0 * sizeof(float));
             WaitFlag(kChunkUbFree);
-            LoadNd(chunk, ocore, addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(c0) * d, rows, d, d,
+            LoadNd(chunk, ocore, addrOfd * kvcn + uint64_t(row) * kvcn * d + uint64_t(c0) * d, rows, d, d,
                    kTrafficPartial);
             Handoff(kChunkLoaded);
             RowExpandMul(chunk, chunk, w);
@@ -137,8 +139,8 @@ struct CombineCore {
             AddS(lseOut, lseOut, maxLse);
         }
         Handoff(kCombOutReady);
-        StoreNd(o, addrO + uint64_t(head) * d, 1, d, d, out, kTrafficOther);
-        if (t.lse) StoreNd(lseGm, LseIndex(t, slot, head), 1, 1, 1, lseOut, kTrafficOther);
+        StoreNd(o, addrO + uint64_t(row) * d, 1, d, d, out, kTrafficOther);
+        if (t.lse) StoreNd(lseGm, LseIndex(t, slot, row), 1, 1, 1, lseOut, kTrafficOther);
         SetFlag(kCombOutFree);
     }
 
@@ -147,15 +149,16 @@ struct CombineCore {
         SetFlag(kLseUbFree);
         SetFlag(kChunkUbFree);
         SetFlag(kCombOutFree);
-        const uint32_t items = t.batch * t.numHeads;
+        const uint32_t rowsPerSlot = t.qLen * t.numHeads;
+        const uint32_t items = t.batch * rowsPerSlot;
         const uint32_t workers = blockNum * kVecSubCores;
         for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
-            const uint32_t position = i / t.numHeads, head = i % t.numHeads;
+            const uint32_t position = i / rowsPerSlot, row = i % rowsPerSlot;
             const uint32_t slot = t.SlotWord(position, PA_BF_GATHER);
             /* an empty sequence's zero row, and a one-split sequence's output row, are already written */
             if (SplitsOf(t, t.SlotWord(slot, PA_BF_KV_SEQLEN)) < 2) continue;
-            SetWorkItem(int32_t(slot), int32_t(head), -1);
-            One(slot, head);
+            SetWorkItem(int32_t(slot), int32_t(row), -1);
+            One(slot, row);
         }
         DrainFlag(kLseUbFree);
         DrainFlag(kChunkUbFree);

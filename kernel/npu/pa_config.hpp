@@ -15,9 +15,9 @@
 namespace pa {
 
 /* ---- what the kernel executes ----------------------------------------------------------------------------
- * The ABI v3 decode features of one query token (PA_FEATURE_* bits, what every host of this kernel reports through
- * pa_supported_features()): a sliding window, sinks, the lse.  Several query tokens and MLA are refused. */
-#define PA_NPU_KERNEL_FEATURES (PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE)
+ * The ABI v3 decode features (PA_FEATURE_* bits, what every host of this kernel reports through
+ * pa_supported_features()): several query tokens, a sliding window, sinks, the lse.  MLA is refused. */
+#define PA_NPU_KERNEL_FEATURES (PA_FEATURE_MULTI_TOKEN | PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE)
 
 /* ---- task and hand-off geometry --------------------------------------------------------------------- */
 /* q heads per task: the ABI's head-split cap; a task's heads of one KV group form the matmul M dimension. */
@@ -56,6 +56,8 @@ constexpr uint32_t kL0bBytes = 64 * 1024;
 constexpr uint32_t kL0cBytes = 128 * 1024;
 /* Bytes of one L1/L0 fractal (16 x 16 fp16): the granule of the cube's NZ/ZN tile layouts. */
 constexpr int kFractalBytes = 512;
+/* Bytes of one fractal row (16 fp16/bf16 elements): an NZ tile's row r starts r of them into each column block. */
+constexpr uint32_t kNzRowBytes = 32;
 /* Alignment of every on-chip buffer start: one fractal, which is also a whole number of 32 B UB blocks. */
 constexpr uint32_t kOnChipAlign = kFractalBytes;
 /* Start alignment of the 16-float per-row vectors in UB: two 32 B vector blocks. */
@@ -74,8 +76,9 @@ constexpr int kCombineChunkRows = 32;
 enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
 
 /* Events the simulation counts for its figures (nothing on the NPU). */
-/* kCountScoreTile: a vector sub-core's S piece through the softmax's first pass; kCountMaskedScoreTile: one of them
- * with columns masked (a window's first page: the only masked tile of a one-token launch). */
+/* kCountScoreTile: one query token's S piece on a vector sub-core through the softmax's first pass;
+ * kCountMaskedScoreTile: one of them with keys masked (a window's left edge, the causal edge of the later query
+ * tokens: the boundary pieces only). */
 enum Counter : int { kCountHandoff, kCountUnit, kCountTask, kCountMatmul, kCountScoreTile, kCountMaskedScoreTile };
 
 /* ---- cross-core flags (the ids each use takes are in pa_sync.hpp) ------------------------------------ */

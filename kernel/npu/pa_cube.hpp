@@ -3,8 +3,8 @@
  *
  * The cube runs a one-unit-ahead pipeline over all units of all its tasks: QK(0), QK(1), PV(0), QK(2), PV(1),
  * ..., with the next task's QK(0) before the current task's last PV, so while the vectors turn S(u) into P(u)
- * the cube already computes S(u+1), across task boundaries too; it waits on the vectors only when it needs P(u).  The data path of a unit is chosen once per launch by the KV group size: groups of at most
- * 16 q heads take the chunk path (pa_cube_chunk.hpp: several KV heads per load, long bursts), larger groups
+ * the cube already computes S(u+1), across task boundaries too; it waits on the vectors only when it needs P(u).  The data path of a unit is chosen once per launch by the rows of a KV group (its q heads x the
+ * query tokens): at most 16 take the chunk path (pa_cube_chunk.hpp: several KV heads per load, long bursts), larger groups
  * the head path (pa_cube_head.hpp: one KV head per load).  Both use the same buffers' flags (pa_sync.hpp).
  */
 #ifndef PA_CUBE_HPP
@@ -91,7 +91,7 @@ struct CubeCore {
     AICORE inline void Run(uint32_t blockNum)
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
-        if (st.t.group <= uint32_t(kSlotRows)) {
+        if (st.t.group * st.t.qLen <= uint32_t(kSlotRows)) { /* a run's heads x query tokens in one slot */
             RunTasks<ChunkPath<T, DCap>>(blockNum);
         } else {
             RunTasks<HeadPath<T, DCap>>(blockNum);

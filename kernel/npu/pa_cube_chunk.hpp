@@ -101,15 +101,15 @@ struct ChunkPath {
         ForEachChunk(st, tk, [&](uint32_t kvh0, uint32_t nkv) {
             WaitFlag(kQLeftFree); /* the previous chunk's last Q.K^T read the q slots */
             for (uint32_t j = 0; j < nkv; ++j) {
-                uint32_t r0, m;
-                st.RunRows(tk, kvh0 + j, r0, m);
+                const TaskRun run = RunOf(st.t, tk, kvh0 + j);
+                const uint32_t m = run.rows;
                 QMat qMat(m, d);
                 QLeft qLeft(m, d);
                 Assign(qMat, kL1Q);
                 Assign(qLeft, j * kL0aQBytes);
                 WaitFlag(kQL1Free);
                 st.template ZeroBuffer<QMat>(kL1Q, st.BeforeQLoad(m, d)); /* rows 1-15 of m = 1: CubeTiles */
-                LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
+                st.template LoadQRows<QMat>(tk, run, 0, m, kL1Q);
                 Handoff(kQLoaded);
                 Mov(qLeft, qMat);
                 SetFlag(kQL1Free);
@@ -127,8 +127,8 @@ struct ChunkPath {
                        kTrafficKv);
                 Handoff(KvLoaded(bl));
                 for (uint32_t j = 0; j < nkv; ++j) {
-                    uint32_t r0, m;
-                    st.RunRows(tk, kvh0 + j, r0, m);
+                    const TaskRun run = RunOf(st.t, tk, kvh0 + j);
+                    const uint32_t r0 = run.row0, m = run.rows;
                     const uint32_t b = st.l0Toggle++ & 1u;
                     auto op = Tiles::Qk(m, d, pc.len); /* whole static widths: CubeTiles::QkOperands */
                     QLeft qLeft(m, d);
@@ -171,8 +171,8 @@ struct ChunkPath {
                 const uint32_t wl = PieceTokens(unitLen, w0);
                 WaitFlag(kPL1Free);
                 for (uint32_t j = 0; j < nkv; ++j) {
-                    uint32_t r0, m;
-                    st.RunRows(tk, kvh0 + j, r0, m);
+                    const TaskRun run = RunOf(st.t, tk, kvh0 + j);
+                    const uint32_t r0 = run.row0, m = run.rows;
                     st.template ZeroBuffer<PMat>(kL1P + j * kL1PBytes, st.BeforePLoad(j, m, wl)); /* MTE2 */
                     PMat pMat(m, wl);
                     Assign(pMat, kL1P + j * kL1PBytes);
@@ -193,8 +193,8 @@ struct ChunkPath {
                            kTrafficKv);
                     Handoff(KvLoaded(bl));
                     for (uint32_t j = 0; j < nkv; ++j) {
-                        uint32_t r0, m;
-                        st.RunRows(tk, kvh0 + j, r0, m);
+                        const TaskRun run = RunOf(st.t, tk, kvh0 + j);
+                        const uint32_t r0 = run.row0, m = run.rows;
                         const uint32_t b = st.l0Toggle++ & 1u;
                         auto op = Tiles::Pv(m, d, pc.len); /* whole static widths: CubeTiles::PvOperands */
                         PMat pMat(m, wl);
@@ -223,8 +223,8 @@ struct ChunkPath {
             }
             Handoff(kOAccReady);
             for (uint32_t j = 0; j < nkv; ++j) {
-                uint32_t r0, m;
-                st.RunRows(tk, kvh0 + j, r0, m);
+                const TaskRun run = RunOf(st.t, tk, kvh0 + j);
+                const uint32_t r0 = run.row0, m = run.rows;
                 auto op = Tiles::Pv(m, d, 0);
                 Assign(op.o, kL0cO + j * kL0cOBytes);
                 StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0) * d, m, d, d, op.o, kTrafficScratch);

@@ -142,18 +142,31 @@ struct HeadPath {
         }
     }
 
+    /* Calls fn(run, s0, r0, m) for each slice of at most kCubeRows matmul rows of each KV-head run of the task:
+     * rows [s0, s0 + m) of the run, scratch rows [r0, r0 + m).  A run holds its heads x q_len rows (up to the
+     * ABI's PA_MAX_TASK_ROWS), more than the on-chip tiles of this path: each slice reads the unit's K/V again. */
+    template <typename Fn>
+    static AICORE inline void ForEachSlice(const CubeState<T> &st, const Task &tk, Fn &&fn)
+    {
+        for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
+            const TaskRun run = RunOf(st.t, tk, kvh);
+            for (uint32_t s0 = 0; s0 < run.rows; s0 += kCubeRows) {
+                const uint32_t m = run.rows - s0 < uint32_t(kCubeRows) ? run.rows - s0 : uint32_t(kCubeRows);
+                fn(run, s0, run.row0 + s0, m);
+            }
+        }
+    }
+
     /* Unit u of a task: S = Q.K^T per KV-group run, sub-tile by sub-tile, into GM scratch stage `stage`. */
     static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const uint32_t d = st.t.headDim;
-        for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
-            uint32_t r0, m;
-            st.RunRows(tk, kvh, r0, m);
+        ForEachSlice(st, tk, [&](const TaskRun &run, uint32_t s0, uint32_t r0, uint32_t m) {
             QMat qMat(m, d);
             Assign(qMat, kL1Q);
             WaitFlag(kQL1Free);
             st.template ZeroBuffer<QMat>(kL1Q, st.BeforeQLoad(m, d)); /* a last block of one row: CubeTiles */
-            LoadNd(qMat, st.q, tk.addrQ + uint64_t(tk.headStart + r0) * d, m, d, d, kTrafficOther);
+            st.template LoadQRows<QMat>(tk, run, s0, m, kL1Q);
             Handoff(kQLoaded);
             WaitFlag(kQLeftFree);
             MoveQBlocks(m, d, qMat, kL0aQ);
@@ -170,7 +183,7 @@ struct HeadPath {
                 WaitFlag(KvL1Free(b));
                 /* K^T's columns past len are multiplied (CubeTiles): zero unless they already are */
                 st.template ZeroBuffer<KMat>(kL1Kv0 + b * kL1KvBytes, st.BeforeKLoad(b, d / 16, pc.len, kSub));
-                LoadDn(kMat, st.k, pc.kvOff + uint64_t(kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
+                LoadDn(kMat, st.k, pc.kvOff + uint64_t(run.kvh) * d, d, pc.len, uint64_t(st.t.kvHeads) * d, kTrafficKv);
                 Handoff(KvLoaded(b));
                 WaitFlag(L0Free(b));
                 Mov(op.kRight, op.kMat);
@@ -187,7 +200,7 @@ struct HeadPath {
                 SetFlag(SAccFree(b));
             });
             SetFlag(kQLeftFree);
-        }
+        });
     }
 
     /* Unit u: O_tmp = P.V per KV-group run, accumulated over the unit's sub-tiles in L0C.  P comes into L1 in
@@ -200,9 +213,7 @@ struct HeadPath {
     {
         const uint32_t d = st.t.headDim;
         const uint32_t unitLen = UnitTokens(st.t, tk, u);
-        for (uint32_t kvh = st.FirstKvHead(tk); kvh <= st.LastKvHead(tk); ++kvh) {
-            uint32_t r0, m;
-            st.RunRows(tk, kvh, r0, m);
+        ForEachSlice(st, tk, [&](const TaskRun &run, uint32_t, uint32_t r0, uint32_t m) {
             bool first = true;
             for (uint32_t w0 = 0; w0 < unitLen; w0 += kPieceTokens) {
                 const uint32_t wl = PieceTokens(unitLen, w0);
@@ -225,7 +236,7 @@ struct HeadPath {
                     WaitFlag(KvL1Free(b));
                     /* the padding past len, V's columns past d (CubeTiles): zero unless they already are */
                     st.template ZeroBuffer<VMat>(kL1Kv0 + b * kL1KvBytes, st.BeforeVLoad(b, 1, d, DCap, pc.len));
-                    LoadNd(vMat, st.v, pc.kvOff + uint64_t(kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d,
+                    LoadNd(vMat, st.v, pc.kvOff + uint64_t(run.kvh) * d, pc.len, d, uint64_t(st.t.kvHeads) * d,
                            kTrafficKv);
                     Handoff(KvLoaded(b));
                     WaitFlag(L0Free(b));
@@ -244,7 +255,7 @@ struct HeadPath {
                 StoreNd(st.otmp, ScratchO(st.core, stage) + uint64_t(r0 + row) * d, rows, d, d, tile, kTrafficScratch);
             });
             SetFlag(kOAccFree);
-        }
+        });
     }
 };
 

@@ -183,14 +183,22 @@ struct CubeState {
         }
     }
 
-    /* The task rows [r0, r0 + m) whose q heads use KV head kvh (kvh within the task's KV heads). */
-    AICORE inline void RunRows(const Task &tk, uint32_t kvh, uint32_t &r0, uint32_t &m) const
+    /* Rows [s0, s0 + n) of a run's matmul rows (TaskRun: row i * 1 + token * heads is token `token` of head
+     * head0 + i) from q into the L1 tile of type QMat at l1Q, row s0 at its row 0: one load per query token, each
+     * the token's consecutive heads in GM.  In the NZ layout a view n rows down starts n fractal rows (32 bytes
+     * each) in and keeps the tile's column-block stride. */
+    template <typename QMat>
+    AICORE inline void LoadQRows(const Task &tk, const TaskRun &run, uint32_t s0, uint32_t n, uint32_t l1Q)
     {
-        uint32_t first = kvh * t.group, end = first + t.group;
-        if (first < tk.headStart) first = tk.headStart;
-        if (end > tk.headStart + tk.headCount) end = tk.headStart + tk.headCount;
-        r0 = first - tk.headStart;
-        m = end - first;
+        const uint32_t d = t.headDim;
+        for (uint32_t r = s0; r < s0 + n;) {
+            const uint32_t token = r / run.heads, i = r % run.heads;
+            const uint32_t rows = run.heads - i < s0 + n - r ? run.heads - i : s0 + n - r;
+            QMat view(rows, d);
+            Assign(view, l1Q + (r - s0) * kNzRowBytes);
+            LoadNd(view, q, tk.addrQ + (uint64_t(token) * t.numHeads + run.head0 + i) * d, rows, d, d, kTrafficOther);
+            r += rows;
+        }
     }
 
     /* The task's KV heads: [first, last]. */

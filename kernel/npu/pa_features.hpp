@@ -1,8 +1,8 @@
 /*
  * The decode features' device halves that the softmax's output (pa_vector.hpp) and the split-KV combine
  * (pa_combine.hpp) share: the sinks of a run of heads loaded and widened to fp32, and where a row's lse goes.
- * The window needs nothing here: the task's key range starts at the window's first page (pa_tiling.hpp,
- * FirstToken) and its columns before the window are masked in the softmax (Task::maskCols).
+ * The window needs nothing here: the task's key range starts at the first token's window's first page
+ * (pa_tiling.hpp, FirstToken) and each token's keys outside its window are masked in the softmax (VisibleKeys).
  */
 #ifndef PA_FEATURES_HPP
 #define PA_FEATURES_HPP
@@ -42,10 +42,10 @@ AICORE inline bool WidenSinks(const Tiling &t, RowF &f32, RowH &h16, RowB &b16)
     return false;
 }
 
-/* Element index in PA_ARG_LSE of head `head` of slot `slot`'s first query token: [B, q_len, Hq] fp32. */
-AICORE inline uint64_t LseIndex(const Tiling &t, uint32_t slot, uint32_t head)
+/* Element index in PA_ARG_LSE of query row `row` (token t, head h: t * Hq + h) of slot `slot`: [B, q_len, Hq] fp32. */
+AICORE inline uint64_t LseIndex(const Tiling &t, uint32_t slot, uint64_t row)
 {
-    return uint64_t(slot) * t.qLen * t.numHeads + head;
+    return uint64_t(slot) * t.qLen * t.numHeads + row;
 }
 
 }  // namespace pa

@@ -71,8 +71,9 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
-/* Launches this kernel executes: one query token, no MLA (PA_NPU_KERNEL_FEATURES; the hosts refuse the rest first). */
-AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen == 1 && t.ropeDim == 0; }
+/* Launches this kernel executes: up to PA_MAX_Q_LEN query tokens, no MLA (PA_NPU_KERNEL_FEATURES; the hosts refuse
+ * the rest first). */
+AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen >= 1 && t.qLen <= PA_MAX_Q_LEN && t.ropeDim == 0; }
 
 template <bool kCube>
 AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNum, uint32_t sub)

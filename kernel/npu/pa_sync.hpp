@@ -79,7 +79,8 @@ enum Edge : int {
     kEdgeBarNormed,     /* V barrier: O / l -> cast, or ln l                                                */
     kEdgeBarLog,        /* V barrier: ln l -> ln l + m                                                      */
     kEdgeBarLseSum,     /* V barrier: ln l + m -> spread into one block per row for the strided store       */
-    kEdgeBarMask,       /* V barrier: S * scale -> the columns before the window set to -inf                */
+    kEdgeBarMask,       /* V barrier: S * scale and the mask's penalty row -> S - penalty                   */
+    kEdgeBarMaskFill,   /* V barrier: one fill of the penalty row -> the next fill over its first columns    */
     kEdgeSinkLoaded,    /* MTE2 -> V     ev 4: the sinks of a task's rows are in UB                         */
     kEdgeSinkUbFree,    /* V -> MTE2     ev 4: the sinks' UB buffers were read                              */
     kEdgeBarSinkWiden,  /* V barrier: 16-bit sinks -> fp32 -> sink - m                                      */

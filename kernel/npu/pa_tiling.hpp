@@ -81,10 +81,9 @@ AICORE inline uint32_t FirstToken(const Tiling &t, uint32_t kvLen)
 }
 
 /* One (sequence, head range, KV range) unit of work.  empty: a zero-length sequence's head range (split 0).
- * maskCols: the task's first columns that lie before the window (keys the query token does not see): they are
- * loaded with their page and masked in the softmax; only the first task of a windowed sequence has any. */
+ * Its rows are its heads x the launch's query tokens (TaskRun says how the cube orders them). */
 struct Task {
-    uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount, maskCols;
+    uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount;
     uint64_t addrQ, addrO, addrL, addrOfd;
     bool empty;
 };
@@ -114,15 +113,9 @@ AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t headStart, 
     k.empty = k.kvLen == 0;
     k.tokStart = FirstToken(t, k.kvLen) + split * t.kvSplit;
     k.tokCount = 0;
-    k.maskCols = 0;
     if (!k.empty) {
         const uint32_t splits = SplitsOf(t, k.kvLen);
         k.tokCount = split + 1 == splits ? k.kvLen - k.tokStart : t.kvSplit;
-        /* one query token at kvLen - 1 keeps keys kvLen - 1 - W .. kvLen - 1 */
-        if (t.windowLeft != PA_WINDOW_NONE && uint64_t(k.kvLen) > uint64_t(t.windowLeft) + 1) {
-            const uint32_t keep = k.kvLen - 1 - t.windowLeft;
-            if (keep > k.tokStart) k.maskCols = keep - k.tokStart < k.tokCount ? keep - k.tokStart : k.tokCount;
-        }
     }
     return k;
 }
@@ -151,6 +144,67 @@ AICORE inline void ForEachTask(const Tiling &t, uint32_t core, uint32_t blockNum
             fn(MakeTask(t, slot, chunk * headSplit, headSplit, split));
         }
     }
+}
+
+/* ---- a task's rows ---------------------------------------------------------------------------------------
+ * A task computes its heads x q_len query rows.  Query token t of head h is row t * Hq + h of q, o and the lse
+ * (the ABI's layout).  The cube multiplies every row that shares a KV head in one matmul, so the scratch rows
+ * (S, P, O_tmp) of a task are ordered by KV head: the run of the task's q heads [head0, head0 + heads) on KV head
+ * kvh takes scratch rows [row0, row0 + heads * q_len), token-major (row0 + t * heads + h - head0 is token t of
+ * head h), so each query token's heads are contiguous rows in GM and in the scratch.  With one query token the
+ * scratch row of a head is its offset in the task, as before. */
+struct TaskRun {
+    uint32_t kvh;          /* the KV head                                                     */
+    uint32_t head0, heads; /* the run's q heads (absolute)                                   */
+    uint32_t row0, rows;   /* its scratch rows: row0 = (head0 - headStart) * q_len, heads * q_len */
+};
+
+/* The run of the task's q heads on KV head kvh (a KV head the task holds). */
+AICORE inline TaskRun RunOf(const Tiling &t, const Task &tk, uint32_t kvh)
+{
+    uint32_t first = kvh * t.group, end = first + t.group;
+    if (first < tk.headStart) first = tk.headStart;
+    if (end > tk.headStart + tk.headCount) end = tk.headStart + tk.headCount;
+    return TaskRun{kvh, first, end - first, (first - tk.headStart) * t.qLen, (end - first) * t.qLen};
+}
+
+/* Calls fn(ubRow, scratchRow, rows) for the scratch rows of query token `token` of heads [head, head + n): one call
+ * per run they cross, merged where the scratch rows continue (always with one query token).  ubRow counts from
+ * `head`: the vectors hold a token's heads as consecutive rows. */
+template <typename Fn>
+AICORE inline void ForEachScratchRows(const Tiling &t, const Task &tk, uint32_t token, uint32_t head, uint32_t n,
+                                      Fn &&fn)
+{
+    uint32_t pendUb = 0, pendRow = 0, pendRows = 0;
+    for (uint32_t h = head; h < head + n;) {
+        const TaskRun run = RunOf(t, tk, h / t.group);
+        const uint32_t end = run.head0 + run.heads < head + n ? run.head0 + run.heads : head + n;
+        const uint32_t row = run.row0 + token * run.heads + (h - run.head0);
+        if (pendRows != 0 && pendRow + pendRows == row) {
+            pendRows += end - h;
+        } else {
+            if (pendRows != 0) fn(pendUb, pendRow, pendRows);
+            pendUb = h - head;
+            pendRow = row;
+            pendRows = end - h;
+        }
+        h = end;
+    }
+    if (pendRows != 0) fn(pendUb, pendRow, pendRows);
+}
+
+/* The key window of query token `token` of a sequence of kvLen keys, as task columns [0, tokCount): keys before
+ * column lo and from column hi on are masked (the window's left edge; the causal edge of the later query tokens,
+ * whose keys are in the sequence before it).  Token t sits at position kvLen - q_len + t and sees keys
+ * max(0, p - W) .. p.  Signed: either edge may lie outside the task. */
+struct KeySpan {
+    int64_t lo, hi;
+};
+AICORE inline KeySpan VisibleKeys(const Tiling &t, const Task &tk, uint32_t token)
+{
+    const int64_t pos = int64_t(tk.kvLen) - int64_t(t.qLen) + int64_t(token);
+    const int64_t first = t.windowLeft == PA_WINDOW_NONE ? 0 : pos - int64_t(t.windowLeft);
+    return KeySpan{first - int64_t(tk.tokStart), pos + 1 - int64_t(tk.tokStart)};
 }
 
 /* Hand-off units of a task: ceil(tokCount / handoff). */

@@ -1,18 +1,23 @@
 /*
  * Vector side (AIV, two sub-cores per cluster): online softmax over hand-off units and the output.
  *
- * Sub-core i owns rows [i*floor(n/2), ...) of a task's n heads.  Per unit u (stage = global unit % 2):
- *   softmax(u): S rows from GM s -> * scale -> row max -> running max m, dm = exp(m_old - m_new)
- *               P = exp(S - m) rounded to the input dtype -> GM p; l_u = row sum of the rounded P
+ * Sub-core i owns the rows of heads [i*floor(n/2), ...) of a task's n heads, for every query token: one set of
+ * rows per token ("a token's rows": its heads, consecutive rows of q, o and the lse).  Per unit u (stage =
+ * global unit % 2), for each token's rows:
+ *   softmax(u): S rows from GM s -> * scale -> keys the token does not see masked -> row max -> running max m,
+ *               dm = exp(m_old - m_new); P = exp(S - m) rounded to the input dtype -> GM p; l_u = row sum of the
+ *               rounded P
  *   update(u):  O_tmp rows from GM o_tmp -> O = dm * O + O_tmp, l = dm * l + l_u
  * in the order softmax(0), softmax(1), update(0), softmax(2), update(1), ... over all units of all the core's
  * tasks (the mirror of the cube's preload pipeline, across task boundaries), so dm and l_u are kept per stage
- * and m per task parity.  After the last unit O /= l and either the output
- * row (cast once) or, for split-KV, the normalised fp32 partial and lse = ln(l) + m are written.
- * Decode features (one query token): a window's columns before its first key are set to -inf in the first
- * unit's S (the pages before the window are not in the task at all); a sink joins l once, when the output
- * row is written (l += exp(sink - m)), or in the combine for a split sequence; the lse row (sink included) is
- * written beside the output, -inf for an empty sequence.
+ * and m per task parity, each per token.  After the last unit O /= l and either the output rows (cast once) or,
+ * for split-KV, the normalised fp32 partials and lse = ln(l) + m are written.
+ * The cube orders a task's scratch rows by KV head (TaskRun); a token's rows are gathered from them and P is
+ * scattered back by one DMA per KV head they cross (one in all with one query token).
+ * Decode features: the keys a token does not see (before its window, after its own position) get a large finite
+ * penalty in S, only in the pieces that hold such keys (the pages before the first token's window are not in
+ * the task at all); a sink joins l once, when the output row is written (l += exp(sink - m)), or in the combine
+ * for a split sequence; the lse row (sink included) is written beside the output, -inf for an empty sequence.
  */
 #ifndef PA_VECTOR_HPP
 #define PA_VECTOR_HPP
@@ -20,6 +25,33 @@
 #include "pa_combine.hpp"
 
 namespace pa {
+
+/* What a masked key's score gets subtracted: finite, so a token whose keys in a unit are all masked (its window
+ * starts in a later unit, or a split holds only keys after it) keeps a finite running max; the next unit's rescale
+ * exp(m_old - m_new) is then exactly 0 and removes them, and a split of such rows gets an lse whose combine weight
+ * is exactly 0.  -inf would give exp(-inf + inf) = NaN there. */
+constexpr float kMaskPenalty = 1e30f;
+
+/* Rows of one sub-core per task, at most: ceil(heads / 2) x q_len for the largest head count the contract allows
+ * a task at each q_len (PA_MAX_TASK_ROWS / q_len, at most kMaxTaskHeads); 70 (9 heads x 14 tokens). */
+constexpr uint32_t VecMaxRows()
+{
+    uint32_t most = 0;
+    for (uint32_t q = 1; q <= PA_MAX_Q_LEN; ++q) {
+        const uint32_t heads = PA_MAX_TASK_ROWS / q < uint32_t(kMaxTaskHeads) ? PA_MAX_TASK_ROWS / q : kMaxTaskHeads;
+        const uint32_t rows = (heads + 1) / 2 * q;
+        most = rows > most ? rows : most;
+    }
+    return most;
+}
+constexpr uint32_t kVecMaxRows = VecMaxRows();
+/* A2/A3's row-expand ops use a fixed UB temporary from here on (pto-isa TMP_UB_OFFSET): the plan ends before it. */
+constexpr uint32_t kUbTempStart = 184 * 1024;
+
+/* The rows of one query token on a sub-core: token `token`, q heads [head, head + r) (absolute). */
+struct TokenRows {
+    uint32_t token, head, r;
+};
 
 template <typename T, int DCap>
 struct VectorCore {
@@ -31,6 +63,8 @@ struct VectorCore {
     using Col = Tile<TileType::Vec, float, kVecRows, 1, BLayout::ColMajor, DYNAMIC, 1>;
     /* The same vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
     using Row = Tile<TileType::Vec, float, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
+    /* The mask's penalty per column of a piece, subtracted from every row of S (a column-expand op). */
+    using PenRow = Tile<TileType::Vec, float, 1, kPieceTokens, BLayout::RowMajor, 1, DYNAMIC>;
     /* The lse column as rows of one 32-byte block each (element (i, 0) = lse of row i), for its strided store:
      * A2/A3's UB -> GM copy reads one block per burst, so a column stored row by row must be spread out this
      * way first (stored straight from the column, every burst after the first read the wrong element).  Static
@@ -42,32 +76,46 @@ struct VectorCore {
     using SinkRowH = Tile<TileType::Vec, half, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
     using SinkRowB = Tile<TileType::Vec, bfloat16_t, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
 
-    /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O | O cast | per-row vectors. */
+    /* Bytes of one row of S (fp32), of P in the input dtype, and of O (fp32): a token's rows start that many
+     * bytes in per row, for the DMAs that gather and scatter them (ForEachScratchRows). */
+    static constexpr uint32_t kSRowBytes = SF::Cols * sizeof(float);
+    static constexpr uint32_t kPRowBytes = PT::Cols * sizeof(T);
+    static constexpr uint32_t kORowBytes = OF::Cols * sizeof(float);
+
+    /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O of every token's rows | O cast | penalty row |
+     * per-row vectors of each token's rows | per-row temporaries | lse blocks. */
     static constexpr uint32_t kUbS = 0;
     static constexpr uint32_t kUbPf = kUbS + SF::Numel * sizeof(float);
     static constexpr uint32_t kUbPt = kUbPf + SF::Numel * sizeof(float);
     static constexpr uint32_t kUbOtmp = AlignUp(kUbPt + PT::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kUbOacc = kUbOtmp + OF::Numel * sizeof(float);
-    static constexpr uint32_t kUbOout = kUbOacc + OF::Numel * sizeof(float);
-    static constexpr uint32_t kUbCols = AlignUp(kUbOout + OT::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kUbOout = kUbOacc + kVecMaxRows * kORowBytes;
+    static constexpr uint32_t kUbPen = AlignUp(kUbOout + OT::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kUbTokenCols = AlignUp(kUbPen + PenRow::Numel * sizeof(float), kRowVecAlign);
     static constexpr uint32_t kColBytes = AlignUp(Col::Numel * sizeof(float), kRowVecAlign);
-    /* kColM0/kColM1: the running max of the task in flight and of the next one (the next task's first
-     * softmax runs before the current task's last update and output, which reads m for the lse). */
-    enum ColSlot : uint32_t {
+    /* Per-row vectors each token's rows keep: kColM0/kColM1, the running max of the task in flight and of the
+     * next one (the next task's first softmax runs before the current task's last update and output, which reads
+     * m for the lse); l; dm and l_u per stage. */
+    enum TokenSlot : uint32_t {
         kColM0,
         kColL = kColM0 + 2,
+        kColDm0,
+        kColLl0 = kColDm0 + kStages,
+        kTokenSlots = kColLl0 + kStages
+    };
+    /* Per-row temporaries, used by one token's rows at a time. */
+    enum TempSlot : uint32_t {
         kColLm,
         kColHm,
         kColPiece, /* a later piece's row max or row sum, folded into the unit's */
         kColLse,
         kColSink,    /* the rows' sinks in fp32, then exp(sink - m) */
         kColSinkRaw, /* the rows' sinks as loaded, when they are 16-bit */
-        kColDm0,
-        kColLl0 = kColDm0 + kStages,
-        kColEnd = kColLl0 + kStages
+        kTempSlots
     };
-    static constexpr uint32_t kUbLseBlocks = kUbCols + kColEnd * kColBytes;
-    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= kUbBytes, "UB plan overflows");
+    static constexpr uint32_t kUbTemps = kUbTokenCols + kTokenSlots * PA_MAX_Q_LEN * kColBytes;
+    static constexpr uint32_t kUbLseBlocks = kUbTemps + kTempSlots * kColBytes;
+    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= kUbTempStart, "UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
@@ -76,148 +124,218 @@ struct VectorCore {
     __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
     uint32_t unitCounter = 0;
 
-    AICORE inline Col ColAt(ColSlot slot, uint32_t rows)
+    AICORE static inline uint32_t SlotAddr(TokenSlot slot, const TokenRows &g)
     {
-        Col c(rows);
-        Assign(c, kUbCols + slot * kColBytes);
+        return kUbTokenCols + (slot * PA_MAX_Q_LEN + g.token) * kColBytes;
+    }
+    AICORE static inline uint32_t SlotAddr(TempSlot slot, const TokenRows &) { return kUbTemps + slot * kColBytes; }
+
+    template <typename Slot>
+    AICORE inline Col ColAt(Slot slot, const TokenRows &g)
+    {
+        Col c(g.r);
+        Assign(c, SlotAddr(slot, g));
         return c;
     }
 
     /* The same per-row vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
-    AICORE inline Row RowAt(ColSlot slot, uint32_t rows)
+    template <typename Slot>
+    AICORE inline Row RowAt(Slot slot, const TokenRows &g)
     {
-        Row c(rows);
-        Assign(c, kUbCols + slot * kColBytes);
+        Row c(g.r);
+        Assign(c, SlotAddr(slot, g));
         return c;
     }
 
-    /* r x wl scores from GM offset `off` (row pitch: the hand-off) into S's UB buffer, times the scale, the
-     * first `masked` columns (keys before the window) then set to -inf; the caller puts the V barrier that
-     * orders the scaled S before its next use. */
-    AICORE inline void LoadScaled(SF &sT, uint64_t off, uint32_t r, uint32_t wl, uint32_t masked)
+    /* The O accumulator of a token's rows (the rows of every token of the task stay in UB across its units). */
+    AICORE inline OF AccOf(const TokenRows &g)
     {
+        OF oA(g.r, t.headDim);
+        Assign(oA, kUbOacc + g.token * g.r * kORowBytes);
+        return oA;
+    }
+
+    /* Row index of query token `token`, head `head` in q, o, o_core and the lse: t * Hq + h. */
+    AICORE inline uint64_t QueryRow(const TokenRows &g) const { return uint64_t(g.token) * t.numHeads + g.head; }
+
+    /* The token's S rows of the piece at column w0 (wl wide) of scratch stage base sBase into S's UB buffer, times
+     * the scale, then masked (Mask); the caller puts the V barrier that orders the scaled S before its next use.
+     * Returns whether the piece was masked. */
+    AICORE inline bool LoadScaled(const Task &tk, const TokenRows &g, uint64_t sBase, uint32_t unitCol, uint32_t w0,
+                                  uint32_t wl)
+    {
+        SF sT(g.r, wl);
+        Assign(sT, kUbS);
         WaitFlag(kSUbFree);
-        LoadNd(sT, s, off, r, wl, t.handoff, kTrafficScratch);
+        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
+            SF part(rows, wl);
+            Assign(part, kUbS + ub * kSRowBytes);
+            LoadNd(part, s, sBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, kTrafficScratch);
+        });
         Handoff(kSLoaded);
         MulS(sT, sT, t.scale);
-        if (masked != 0) {
-            SF before(r, masked); /* the same rows at S's pitch, its first columns only */
-            Assign(before, kUbS);
-            VecBarrier(kEdgeBarMask);
-            Fill(before, -__builtin_inff());
-        }
+        return Mask(tk, g, sT, unitCol + w0, wl);
     }
 
-    /* Masked columns of the piece at column w0 of the unit starting at task column unitStart: the task's columns
-     * before the window that fall in it. */
-    AICORE static inline uint32_t MaskedIn(const Task &tk, uint32_t unitStart, uint32_t w0, uint32_t wl)
+    /* The keys of the piece at task column c0 (wl wide) that the token does not see (VisibleKeys) lose
+     * kMaskPenalty in every row of S.  Nothing is issued for a piece the token sees whole: only the pieces holding
+     * a window's left edge or the causal edge of the later query tokens are masked.  The penalty row: the whole
+     * piece, then the seen columns [0, hi) back to 0, then the columns before the window [0, lo) penalised again
+     * (a partial fill covers the first columns of its row). */
+    AICORE inline bool Mask(const Task &tk, const TokenRows &g, SF &sT, uint32_t c0, uint32_t wl)
     {
-        const uint32_t first = unitStart + w0;
-        if (tk.maskCols <= first) return 0;
-        return tk.maskCols - first < wl ? tk.maskCols - first : wl;
+        const KeySpan keys = VisibleKeys(t, tk, g.token);
+        const int64_t lo = keys.lo - int64_t(c0), hi = keys.hi - int64_t(c0);
+        if (lo <= 0 && hi >= int64_t(wl)) return false;
+        const uint32_t loCols = lo <= 0 ? 0 : lo >= int64_t(wl) ? wl : uint32_t(lo);
+        const uint32_t hiCols = hi <= 0 ? 0 : hi >= int64_t(wl) ? wl : uint32_t(hi);
+        PenRow pen(wl);
+        Assign(pen, kUbPen);
+        Fill(pen, kMaskPenalty);
+        if (hiCols > loCols) {
+            PenRow seen(hiCols);
+            Assign(seen, kUbPen);
+            VecBarrier(kEdgeBarMaskFill);
+            Fill(seen, 0.0f);
+            if (loCols != 0) {
+                PenRow before(loCols);
+                Assign(before, kUbPen);
+                VecBarrier(kEdgeBarMaskFill);
+                Fill(before, kMaskPenalty);
+            }
+        }
+        VecBarrier(kEdgeBarMask);
+        ColExpandSub(sT, sT, pen);
+        return true;
     }
 
-    /* softmax(u).  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.  A larger unit
-     * goes in pieces of kPieceTokens columns, twice: the row max over every piece first, then per piece
-     * exp(S - m), the cast P to GM and the row sum, each piece of S loaded again. */
-    AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, ColSlot mSlot, uint32_t row0, uint32_t r)
+    /* The rows of query token `token` of this sub-core's heads [row0, row0 + r) of the task. */
+    AICORE inline TokenRows RowsOf(const Task &tk, uint32_t token, uint32_t row0, uint32_t r) const
+    {
+        return TokenRows{token, tk.headStart + row0, r};
+    }
+
+    /* softmax(u) of every query token's rows. */
+    AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, uint32_t row0, uint32_t r)
     {
         WaitFromCube(QkReady(stage));
         if (r != 0) {
-            const uint32_t len = UnitTokens(t, tk, u);
-            const bool onePiece = len <= uint32_t(kPieceTokens);
-            const uint64_t sRow = ScratchS(t, core, stage) + uint64_t(row0) * t.handoff;
-            const uint64_t pRow = ScratchP(t, core, stage) + uint64_t(row0) * t.handoff;
-            const uint32_t unitStart = u * t.handoff;
-            Col gm = ColAt(mSlot, r), lm = ColAt(kColLm, r), pm = ColAt(kColPiece, r);
-            Row gmRow = RowAt(mSlot, r), lmRow = RowAt(kColLm, r), hmRow = RowAt(kColHm, r);
-            Row pieceRow = RowAt(kColPiece, r), dmRow = RowAt(ColSlot(kColDm0 + stage), r);
-            Col ll = ColAt(ColSlot(kColLl0 + stage), r);
-            Row llRow = RowAt(ColSlot(kColLl0 + stage), r);
-            for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 1: the unit's row max */
-                const uint32_t wl = PieceTokens(len, w0);
-                SF sT(r, wl), pF(r, wl);
-                Assign(sT, kUbS);
-                Assign(pF, kUbPf);
-                const uint32_t masked = MaskedIn(tk, unitStart, w0, wl);
-                LoadScaled(sT, sRow + w0, r, wl, masked);
-                Count(kCountScoreTile);
-                if (masked != 0) Count(kCountMaskedScoreTile);
-                VecBarrier(kEdgeBarScaled);
-                if (w0 == 0) {
-                    RowMax(lm, sT, pF);
-                } else {
-                    RowMax(pm, sT, pF);
-                    VecBarrier(kEdgeBarPieceMax);
-                    Max(lmRow, lmRow, pieceRow);
-                }
-                if (!onePiece) SetFlag(kSUbFree);
-            }
-            VecBarrier(kEdgeBarRowMax);
-            if (u == 0) {
-                AddS(gmRow, lmRow, 0.0f);
-            } else {
-                Max(hmRow, gmRow, lmRow);
-                VecBarrier(kEdgeBarNewMax);
-                Sub(dmRow, gmRow, hmRow);
-                VecBarrier(kEdgeBarExpDiff);
-                Exp(dmRow, dmRow);
-                AddS(gmRow, hmRow, 0.0f);
-            }
-            VecBarrier(kEdgeBarCentered);
-            for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 2: P and its row sum */
-                const uint32_t wl = PieceTokens(len, w0);
-                SF sT(r, wl), pF(r, wl);
-                PT pT(r, wl);
-                Assign(sT, kUbS);
-                Assign(pF, kUbPf);
-                Assign(pT, kUbPt);
-                if (!onePiece) {
-                    LoadScaled(sT, sRow + w0, r, wl, MaskedIn(tk, unitStart, w0, wl));
-                    VecBarrier(kEdgeBarPieceScaled);
-                }
-                RowExpandSub(pF, sT, gm);
-                VecBarrier(kEdgeBarExp);
-                Exp(pF, pF);
-                VecBarrier(kEdgeBarCast);
-                WaitFlag(kPUbFree);
-                Cvt(pT, pF, RoundMode::CAST_RINT);
-                Handoff(kPCast);
-                StoreNd(p, pRow + w0, r, wl, t.handoff, pT, kTrafficScratch);
-                SetFlag(kPUbFree);
-                VecBarrier(kEdgeBarWiden);
-                Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
-                VecBarrier(kEdgeBarRowSum);
-                if (w0 == 0) {
-                    RowSum(ll, pF, sT);
-                } else {
-                    RowSum(pm, pF, sT);
-                    VecBarrier(kEdgeBarPieceSum);
-                    Add(llRow, llRow, pieceRow);
-                }
-                SetFlag(kSUbFree);
-            }
+            for (uint32_t token = 0; token < t.qLen; ++token) SoftmaxRows(tk, u, stage, parity, RowsOf(tk, token, row0, r));
         }
         SignalCube(SoftmaxReady(stage));
     }
 
-    AICORE inline void Update(uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
+    /* softmax(u) of one token's rows.  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.
+     * A larger unit goes in pieces of kPieceTokens columns, twice: the row max over every piece first, then per
+     * piece exp(S - m), the cast P to GM and the row sum, each piece of S loaded again. */
+    AICORE inline void SoftmaxRows(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, const TokenRows &g)
+    {
+        const uint32_t r = g.r;
+        const uint32_t len = UnitTokens(t, tk, u);
+        const bool onePiece = len <= uint32_t(kPieceTokens);
+        const uint64_t sBase = ScratchS(t, core, stage), pBase = ScratchP(t, core, stage);
+        const uint32_t unitCol = u * t.handoff;
+        const TokenSlot mSlot = TokenSlot(kColM0 + parity);
+        Col gm = ColAt(mSlot, g), lm = ColAt(kColLm, g), pm = ColAt(kColPiece, g);
+        Row gmRow = RowAt(mSlot, g), lmRow = RowAt(kColLm, g), hmRow = RowAt(kColHm, g);
+        Row pieceRow = RowAt(kColPiece, g), dmRow = RowAt(TokenSlot(kColDm0 + stage), g);
+        Col ll = ColAt(TokenSlot(kColLl0 + stage), g);
+        Row llRow = RowAt(TokenSlot(kColLl0 + stage), g);
+        for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 1: the unit's row max */
+            const uint32_t wl = PieceTokens(len, w0);
+            SF sT(r, wl), pF(r, wl);
+            Assign(sT, kUbS);
+            Assign(pF, kUbPf);
+            const bool masked = LoadScaled(tk, g, sBase, unitCol, w0, wl);
+            Count(kCountScoreTile);
+            if (masked) Count(kCountMaskedScoreTile);
+            VecBarrier(kEdgeBarScaled);
+            if (w0 == 0) {
+                RowMax(lm, sT, pF);
+            } else {
+                RowMax(pm, sT, pF);
+                VecBarrier(kEdgeBarPieceMax);
+                Max(lmRow, lmRow, pieceRow);
+            }
+            if (!onePiece) SetFlag(kSUbFree);
+        }
+        VecBarrier(kEdgeBarRowMax);
+        if (u == 0) {
+            AddS(gmRow, lmRow, 0.0f);
+        } else {
+            Max(hmRow, gmRow, lmRow);
+            VecBarrier(kEdgeBarNewMax);
+            Sub(dmRow, gmRow, hmRow);
+            VecBarrier(kEdgeBarExpDiff);
+            Exp(dmRow, dmRow);
+            AddS(gmRow, hmRow, 0.0f);
+        }
+        VecBarrier(kEdgeBarCentered);
+        for (uint32_t w0 = 0; w0 < len; w0 += kPieceTokens) { /* pass 2: P and its row sum */
+            const uint32_t wl = PieceTokens(len, w0);
+            SF sT(r, wl), pF(r, wl);
+            PT pT(r, wl);
+            Assign(sT, kUbS);
+            Assign(pF, kUbPf);
+            Assign(pT, kUbPt);
+            if (!onePiece) {
+                LoadScaled(tk, g, sBase, unitCol, w0, wl);
+                VecBarrier(kEdgeBarPieceScaled);
+            }
+            RowExpandSub(pF, sT, gm);
+            VecBarrier(kEdgeBarExp);
+            Exp(pF, pF);
+            VecBarrier(kEdgeBarCast);
+            WaitFlag(kPUbFree);
+            Cvt(pT, pF, RoundMode::CAST_RINT);
+            Handoff(kPCast);
+            ForEachScratchRows(t, tk, g.token, g.head, r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
+                PT part(rows, wl);
+                Assign(part, kUbPt + ub * kPRowBytes);
+                StoreNd(p, pBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, part, kTrafficScratch);
+            });
+            SetFlag(kPUbFree);
+            VecBarrier(kEdgeBarWiden);
+            Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+            VecBarrier(kEdgeBarRowSum);
+            if (w0 == 0) {
+                RowSum(ll, pF, sT);
+            } else {
+                RowSum(pm, pF, sT);
+                VecBarrier(kEdgeBarPieceSum);
+                Add(llRow, llRow, pieceRow);
+            }
+            SetFlag(kSUbFree);
+        }
+    }
+
+    /* update(u) of every query token's rows. */
+    AICORE inline void Update(const Task &tk, uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
     {
         WaitFromCube(UpdateReady(stage));
         if (r == 0) return;
+        for (uint32_t token = 0; token < t.qLen; ++token) UpdateRows(tk, u, stage, RowsOf(tk, token, row0, r));
+    }
+
+    AICORE inline void UpdateRows(const Task &tk, uint32_t u, uint32_t stage, const TokenRows &g)
+    {
         const uint32_t d = t.headDim;
-        OF oT(r, d), oA(r, d);
+        OF oT(g.r, d);
+        OF oA = AccOf(g);
         Assign(oT, kUbOtmp);
-        Assign(oA, kUbOacc);
-        Row glRow = RowAt(kColL, r), dmRow = RowAt(ColSlot(kColDm0 + stage), r);
-        Row llRow = RowAt(ColSlot(kColLl0 + stage), r);
-        Col dm = ColAt(ColSlot(kColDm0 + stage), r);
+        Row glRow = RowAt(kColL, g), dmRow = RowAt(TokenSlot(kColDm0 + stage), g);
+        Row llRow = RowAt(TokenSlot(kColLl0 + stage), g);
+        Col dm = ColAt(TokenSlot(kColDm0 + stage), g);
         WaitFlag(kOtmpUbFree);
-        LoadNd(oT, otmp, ScratchO(core, stage) + uint64_t(row0) * d, r, d, d, kTrafficScratch);
+        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
+            OF part(rows, d);
+            Assign(part, kUbOtmp + ub * kORowBytes);
+            LoadNd(part, otmp, ScratchO(core, stage) + uint64_t(row) * d, rows, d, d, kTrafficScratch);
+        });
         Handoff(kOtmpLoaded);
         VecBarrier(kEdgeBarUpdate);
         if (u == 0) {
-            WaitFlag(kOutUbFree); /* the previous task's output left UB */
+            if (g.token == 0) WaitFlag(kOutUbFree); /* the previous task's output left UB */
             AddS(oA, oT, 0.0f);
             AddS(glRow, llRow, 0.0f);
         } else {
@@ -230,18 +348,26 @@ struct VectorCore {
         SetFlag(kOtmpUbFree);
     }
 
-    AICORE inline void Finish(const Task &tk, ColSlot mSlot, uint32_t row0, uint32_t r)
+    /* The output of every query token's rows after the task's last update.  The output buffers (O cast, the lse
+     * rows) are shared: each token's rows after the first wait for the previous one's stores. */
+    AICORE inline void Finish(const Task &tk, uint32_t parity, uint32_t row0, uint32_t r)
     {
         if (r == 0) return;
-        const uint32_t d = t.headDim;
-        const uint32_t head = tk.headStart + row0;
-        OF oA(r, d);
-        Assign(oA, kUbOacc);
-        Col gl = ColAt(kColL, r);
-        Row glRow = RowAt(kColL, r), gmRow = RowAt(mSlot, r), lseRow = RowAt(kColLse, r);
+        for (uint32_t token = 0; token < t.qLen; ++token) {
+            if (token != 0) WaitFlag(kOutUbFree);
+            FinishRows(tk, parity, RowsOf(tk, token, row0, r));
+        }
+    }
+
+    AICORE inline void FinishRows(const Task &tk, uint32_t parity, const TokenRows &g)
+    {
+        const uint32_t d = t.headDim, r = g.r;
+        OF oA = AccOf(g);
+        Col gl = ColAt(kColL, g);
+        Row glRow = RowAt(kColL, g), gmRow = RowAt(TokenSlot(kColM0 + parity), g), lseRow = RowAt(kColLse, g);
         VecBarrier(kEdgeBarFinal);
         const bool oneSplit = !t.SplitKv() || SplitsOf(t, tk.kvLen) == 1;
-        if (oneSplit && t.sinksDtype != PA_SINKS_NONE) JoinSinks(head, r, gmRow, glRow);
+        if (oneSplit && t.sinksDtype != PA_SINKS_NONE) JoinSinks(g, gmRow, glRow);
         RowExpandDiv(oA, oA, gl);
         VecBarrier(kEdgeBarNormed);
         if (oneSplit) { /* its output row (and lse), no partial to combine; a split row's sink joins in the combine */
@@ -254,8 +380,8 @@ struct VectorCore {
                 Add(lseRow, lseRow, gmRow);
             }
             Handoff(kOutReady);
-            StoreNd(o, tk.addrO + uint64_t(head) * d, r, d, d, oO, kTrafficOther);
-            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, head), 1, r, r, lseRow, kTrafficOther);
+            StoreNd(o, tk.addrO + QueryRow(g) * d, r, d, d, oO, kTrafficOther);
+            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, QueryRow(g)), 1, r, r, lseRow, kTrafficOther);
             SetFlag(kOutUbFree);
             return;
         }
@@ -264,28 +390,29 @@ struct VectorCore {
         Add(lseRow, lseRow, gmRow);
         VecBarrier(kEdgeBarLseSum);
         ColFull lseCol;
-        Assign(lseCol, kUbCols + kColLse * kColBytes);
+        Assign(lseCol, SlotAddr(kColLse, g));
         LseBlocks spread;
         Assign(spread, kUbLseBlocks);
         RowExpand(spread, lseCol);
         Handoff(kOutReady);
         const uint64_t kvcn = t.kvCoreNum;
-        StoreNd(ocore, tk.addrOfd * kvcn + uint64_t(head) * kvcn * d + uint64_t(tk.split) * d, r, d, kvcn * d, oA,
+        StoreNd(ocore, tk.addrOfd * kvcn + QueryRow(g) * kvcn * d + uint64_t(tk.split) * d, r, d, kvcn * d, oA,
                 kTrafficPartial);
         LseOut lseOut = LseAsBlocks(r);
-        StoreNd(l, tk.addrL + uint64_t(head) * kvcn + tk.split, r, 1, kvcn, lseOut, kTrafficPartial);
+        StoreNd(l, tk.addrL + QueryRow(g) * kvcn + tk.split, r, 1, kvcn, lseOut, kTrafficPartial);
         SetFlag(kOutUbFree);
     }
 
-    /* l += exp(sink - m) for the r rows from head `head` on: the sink joins the denominator once, as one more
+    /* l += exp(sink - m) for a token's rows: the sink of each row's head joins the denominator once, as one more
      * logit whose value is never multiplied into O. */
-    AICORE inline void JoinSinks(uint32_t head, uint32_t r, Row &gmRow, Row &glRow)
+    AICORE inline void JoinSinks(const TokenRows &g, Row &gmRow, Row &glRow)
     {
-        Row sink = RowAt(kColSink, r);
+        const uint32_t head = g.head, r = g.r;
+        Row sink = RowAt(kColSink, g);
         SinkRowH h16(r);
         SinkRowB b16(r);
-        Assign(h16, kUbCols + kColSinkRaw * kColBytes);
-        Assign(b16, kUbCols + kColSinkRaw * kColBytes);
+        Assign(h16, SlotAddr(kColSinkRaw, g));
+        Assign(b16, SlotAddr(kColSinkRaw, g));
         WaitFlag(kSinkUbFree);
         LoadSinks(t, sinks, head, r, sink, h16, b16);
         Handoff(kSinkLoaded);
@@ -311,16 +438,19 @@ struct VectorCore {
     AICORE inline void WriteZeros(const Task &tk, uint32_t row0, uint32_t r)
     {
         const uint32_t d = t.headDim;
-        OT oO(r, d);
-        Assign(oO, kUbOout);
-        Row lseRow = RowAt(kColLse, r);
-        WaitFlag(kOutUbFree);
-        Fill(oO, T(0.0f));
-        if (t.lse) Fill(lseRow, -__builtin_inff()); /* no key: the lse of an empty row is -inf */
-        Handoff(kOutReady);
-        StoreNd(o, tk.addrO + uint64_t(tk.headStart + row0) * d, r, d, d, oO, kTrafficOther);
-        if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, tk.headStart + row0), 1, r, r, lseRow, kTrafficOther);
-        SetFlag(kOutUbFree);
+        for (uint32_t token = 0; token < t.qLen; ++token) {
+            const TokenRows g = RowsOf(tk, token, row0, r);
+            OT oO(r, d);
+            Assign(oO, kUbOout);
+            Row lseRow = RowAt(kColLse, g);
+            WaitFlag(kOutUbFree);
+            Fill(oO, T(0.0f));
+            if (t.lse) Fill(lseRow, -__builtin_inff()); /* no key: the lse of an empty row is -inf */
+            Handoff(kOutReady);
+            StoreNd(o, tk.addrO + QueryRow(g) * d, r, d, d, oO, kTrafficOther);
+            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, QueryRow(g)), 1, r, r, lseRow, kTrafficOther);
+            SetFlag(kOutUbFree);
+        }
     }
 
     /* The write-after-read flags: set once at core start ("buffer free"), drained before the core exits. */
@@ -338,7 +468,7 @@ struct VectorCore {
     struct Pending {
         Task tk;
         uint32_t row0, r, u, units, stage;
-        ColSlot mSlot;
+        uint32_t parity; /* which of the two running-max slots the task uses */
     };
 
     /* The pending unit's update, and the task's output after its last unit. */
@@ -346,8 +476,8 @@ struct VectorCore {
     {
         SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
         SetUnit(pd.u);
-        Update(pd.u, pd.stage, pd.row0, pd.r);
-        if (pd.u + 1 == pd.units) Finish(pd.tk, pd.mSlot, pd.row0, pd.r);
+        Update(pd.tk, pd.u, pd.stage, pd.row0, pd.r);
+        if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
     }
 
     /* The mirror of the cube's pipeline over all units of all tasks: softmax(x) then update(x - 1), across
@@ -370,14 +500,14 @@ struct VectorCore {
                 return;
             }
             const uint32_t units = UnitsOf(t, tk);
-            const ColSlot mSlot = ColSlot(kColM0 + taskCounter++ % 2);
+            const uint32_t parity = taskCounter++ % 2;
             for (uint32_t u = 0; u < units; ++u) {
                 const uint32_t stage = unitCounter++ % kStages;
                 SetUnit(u);
-                Softmax(tk, u, stage, mSlot, row0, r);
+                Softmax(tk, u, stage, parity, row0, r);
                 if (havePending) Retire(pending);
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                pending = Pending{tk, row0, r, u, units, stage, mSlot};
+                pending = Pending{tk, row0, r, u, units, stage, parity};
                 havePending = true;
             }
         });

@@ -20,10 +20,11 @@ inline void printf(const char *fmt, Args... args)
 #include <pto/pto-inst.hpp>
 
 /* The cost-model include list of the pinned pto-isa lacks these A2/A3 implementations (the device build's
- * list has them): TEXPANDS and the row-expand binary ops. */
+ * list has them): TEXPANDS, the row-expand binary ops and TCOLEXPANDSUB. */
 #include <pto/npu/a2a3/TExpandS.hpp>
 #include <pto/npu/a2a3/TRowExpandDiv.hpp>
 #include <pto/npu/a2a3/TRowExpandMul.hpp>
 #include <pto/npu/a2a3/TRowExpandSub.hpp>
+#include <pto/npu/a2a3/TColExpandSub.hpp>
 
 #endif /* PA_EMU_PRELUDE_HPP */
