@@ -178,18 +178,15 @@ def test_feature_case_matches_the_golden(index: int) -> None:
     check_case(index)
 
 
-#: The covering array's one-token cases: the decode features the NPU kernel executes (window, sinks, lse).
-ONE_TOKEN_CASES = [i for i, c in enumerate(CASES) if c["q_len"] == 1]
-
-
-@pytest.mark.parametrize("index", ONE_TOKEN_CASES, ids=[case_id(CASES[i]) for i in ONE_TOKEN_CASES])
-def test_one_token_feature_case_on_the_device_path_matches_the_golden(index: int) -> None:
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[case_id(c) for c in CASES])
+def test_feature_case_on_the_device_path_matches_the_golden(index: int) -> None:
     """The same launches on the NPU kernel's A2/A3 code (``libpa_sim.so``, a fresh seed per launch, named on
-    failure), pages before each window NaN with table entries -1."""
+    failure), pages before each window NaN with table entries -1: several query tokens, windows, sinks and the lse,
+    with and without split-KV, on the chunk path (a KV group's heads x query tokens <= 16) and the head path."""
     lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
     mock_api.declare(lib)
-    assert lib.pa_supported_features() & (abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE) == \
-        abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
+    every = abi.Feature.MULTI_TOKEN | abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
+    assert lib.pa_supported_features() & every == every
     check_case(index, lib)
 
 
@@ -291,12 +288,10 @@ def test_a_wrong_window_or_a_missing_sink_in_the_golden_is_caught() -> None:
         assert not compare(out, ref).passed, CASES[index]
 
 
-def test_the_device_path_sim_refuses_several_query_tokens_until_the_kernel_has_them() -> None:
-    """The NPU kernel executes one query token only: its sim's contract check refuses q_len > 1 (the launcher
-    refuses earlier, with a ValueError)."""
+def test_the_device_path_sim_reports_every_decode_feature_but_mla() -> None:
+    """The NPU kernel executes several query tokens, windows, sinks and the lse, not MLA yet: its sim says so
+    through pa_supported_features() (the launcher's refusal of MLA on sim: tests/test_mla_api.py)."""
     lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
     mock_api.declare(lib)
-    case = {"q_len": 2, "window": -1, "sinks": None, "lse": False, "dtype": "fp16", "group": 1,
-            "block_size": 64, "strategy": "auto"}
-    code, err, _, _ = run_mock(build(case, seed=8, head_dim=128), lib=lib)
-    assert code == abi.ErrorCode.BAD_TILING and "does not execute" in err.message.decode(), err.message
+    every = abi.Feature.MULTI_TOKEN | abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
+    assert lib.pa_supported_features() == every
