@@ -132,6 +132,25 @@ def test_one_token_steps_on_the_device_path_match_transformers() -> None:
     assert float((logits - mock_logits[:SIM_STEPS]).abs().max()) <= tolerance
 
 
+def test_speculative_step_on_the_device_path_matches_one_token_steps() -> None:
+    """The NPU kernel's A2/A3 code verifies ``DRAFT`` tokens in one step across the window's edge (q_len = DRAFT on
+    every layer, windows and sinks included): the logits of the mock's one-token steps and fp32 transformers'."""
+    pg = _examples()
+    streams, logits, _ = _run("bf16")
+    tolerance, exact = _tolerance("bf16")
+    from tests.built_library import library_or_skip
+
+    library_or_skip("libpa_sim.so")
+    decoder = pg.PagedGptOssDecoder(pg.build_model(pg.tiny_gptoss_config(), dtype=torch.bfloat16),
+                                    batch=len(PROMPT_LENS), max_q_len=DRAFT, backend="sim")
+    prefix = 22
+    verified = pg.verify_logits(decoder, streams, prefix, DRAFT)
+    steps = slice(prefix, prefix + DRAFT)
+    error = float((verified - logits[steps]).abs().max())
+    assert error <= tolerance, f"speculative step on sim differs from one-token steps by {error:.4g} > {tolerance:.4g}"
+    _check_tokens(verified, exact[steps], tolerance)
+
+
 #: A sliding layer's window_left under each window control: transformers' sliding_window plus this (None: none).
 WINDOW_CONTROLS = {"no window": None, "window one key too wide": 0, "window one key too narrow": -2}
 

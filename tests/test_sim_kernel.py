@@ -301,6 +301,35 @@ def test_only_the_window_boundary_tile_is_masked() -> None:
     assert aligned["stats"]["masked_score_tiles"] == 0 and aligned["stats"]["score_tiles"] == 2, aligned["stats"]
 
 
+@needs_sim
+def test_several_query_tokens_read_the_kv_once_and_a_window_only_its_pages() -> None:
+    """Four query tokens of a KV group of 4 heads are 16 rows of one matmul: the launch reads exactly the K/V bytes
+    of the one-token launch over the same context; with a window of 300 it reads the pages from the first token's
+    window's first page on, the unwindowed count scaled by the tokens those pages hold."""
+    case = {**BASE, "lens": [1000], "cores": 1, "strategy": "bn"}
+    one, four = run_in_child(case), run_in_child({**case, "q_len": 4})
+    windowed = run_in_child({**case, "q_len": 4, "window": 300})
+    for res in (one, four, windowed):
+        assert res["rc"] == 0 and res["passed"], (res["err"], res.get("summary"))
+    assert four["stats"]["kv_read_bytes"] == one["stats"]["kv_read_bytes"] > 0
+    first = int(abi.kv_first_token(1000, 4, 300, BASE["bs"]))
+    assert first == 640
+    assert windowed["stats"]["kv_read_bytes"] * 1000 == four["stats"]["kv_read_bytes"] * (1000 - first)
+
+
+@needs_sim
+def test_several_query_tokens_mask_only_the_boundary_pieces() -> None:
+    """Masks only where they bite, per query token and vector sub-core (2 per task here): over 4096 keys in 8
+    units of 512, 4 tokens mask only the last piece, and only the 3 tokens before the last (the causal edge);
+    with a 600-key window over 6000 keys (units of 512 and 112 keys from page 5376 on), every token masks the
+    first piece (its window's left edge) and the first 3 tokens the last (keys 5997.. of the causal edge)."""
+    case = {**BASE, "lens": [4096], "q_len": 4, "cores": 1, "strategy": "bn"}
+    for lens, window, tiles, masked in (([4096], None, 8 * 4 * 2, 3 * 2), ([6000], 600, 2 * 4 * 2, (4 + 3) * 2)):
+        res = run_in_child({**case, "lens": lens, "window": window} if window else {**case, "lens": lens})
+        assert res["rc"] == 0 and res["passed"], (res["err"], res.get("summary"))
+        assert (res["stats"]["score_tiles"], res["stats"]["masked_score_tiles"]) == (tiles, masked), res["stats"]
+
+
 NEGATIVE_CASES = {
     "o_core_too_small": ({"lens": [700, 1500], "strategy": "split_kv", "shrink_o_core": 16},
                          abi.ErrorCode.OUT_OF_BOUNDS, abi.ArgSlot.O_CORE),
