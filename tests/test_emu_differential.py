@@ -16,7 +16,7 @@ from emu_harness import library_or_skip
 
 OPS = ["LoadStore", "MulS", "AddS", "Add", "Sub", "Mul", "Max", "Exp", "Log", "RowMax", "RowSum", "RowExpandSub",
        "RowExpandMul", "RowExpandDiv", "ColSum", "CvtF16", "CvtBf16", "WidenF16", "WidenBf16", "FillF32", "FillF16",
-       "ColStorePitch", "AtomicAdd"]
+       "ColStorePitch", "AtomicAdd", "ColExpandSub"]
 #: (rows, valid cols, GM pitch): the S piece (16 x 512), partial rows and columns, one row, a pitch past the tile
 SHAPES = [(16, 512, 512), (13, 300, 512), (1, 37, 40), (16, 64, 64), (5, 130, 200)]
 NARROW = {"RowExpandSub", "RowExpandMul", "RowExpandDiv", "ColSum"}  # tiles of 128 (O) columns

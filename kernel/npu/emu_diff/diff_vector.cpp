@@ -55,6 +55,7 @@ enum Op : int32_t {
     kLoadStore, kMulS, kAddS, kAdd, kSub, kMul, kMax, kExp, kLog, kRowMax, kRowSum, kRowExpandSub, kRowExpandMul,
     kRowExpandDiv, kColSum, kCvtF16, kCvtBf16, kWidenF16, kWidenBf16, kFillF32, kFillF16, kColStorePitch,
     kAtomicAdd, /* TSTORE<AtomicAdd> of a into `out`, which holds finite values (SEMANTICS.md known difference 5) */
+    kColExpandSub, /* a - b's first row, from every row (the mask's penalty row: vsub with a src1 repeat stride of 0) */
 };
 
 template <typename T>
@@ -137,6 +138,14 @@ void Run(int32_t op, uint32_t r, uint32_t c, uint32_t pitch, const void *a, cons
         case kWidenF16: Widen<half>(r, c, pitch, a, out); return;
         case kWidenBf16: Widen<bfloat16_t>(r, c, pitch, a, out); return;
         case kFillF32: TEXPANDS(d, s); break;
+        case kColExpandSub: {
+            Vec::PenRow pen(c);
+            Place(pen, kB);
+            Load<SF, float>(x, a, r, c, pitch);
+            Load<Vec::PenRow, float>(pen, b, 1, c, pitch);
+            TCOLEXPANDSUB(d, x, pen);
+            break;
+        }
         case kAtomicAdd: {
             Load<SF, float>(x, a, r, c, pitch);
             GmNd<float> view(reinterpret_cast<float *>(out), GmNd<float>::Shape(r, c), GmNd<float>::Stride(pitch, 1));
