@@ -255,6 +255,18 @@ void CheckBlockId(int64_t id, int64_t tableIndex)
     }
     throw std::runtime_error(text);
 }
+void UbAssigned(uint64_t begin, uint64_t end, uint64_t tempBegin, uint64_t tempEnd)
+{
+    const LaunchConfig *cfg = CurrentConfig();
+    if (cfg == nullptr || !cfg->checked || begin >= tempEnd || end <= tempBegin) return;
+    char text[240];
+    std::snprintf(text, sizeof text,
+                  "HAZARD: UB buffer [%llu, %llu) on block %d overlaps A2/A3's fixed temporary [%llu, %llu) that "
+                  "row-expand and some conversion instructions write",
+                  static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end), CurrentBlock(),
+                  static_cast<unsigned long long>(tempBegin), static_cast<unsigned long long>(tempEnd));
+    throw std::runtime_error(text);
+}
 }  // namespace pa::devsim
 
 extern "C" {
