@@ -75,10 +75,9 @@ int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity); /* copies;
 const char *pa_sim_trace_op_name(int32_t op);                        /* NULL past the last op               */
 int32_t pa_sim_trace_event_bytes(void);                              /* sizeof(pa_sim_trace_event)          */
 int32_t pa_sim_stats_get(pa_sim_stats *out); /* PA_OK, or PA_ERR_BAD_LAUNCH when no launch ran on this thread */
-/* Kept for the launcher's API (returns 0): a wait nothing can satisfy is a DEADLOCK at once (PA_ERR_INTERNAL), with
- * no timeout.  Env PA_SIM_DROP_SIGNAL=n loses the n-th cross-core message of each launch (the deadlock's negative
- * control). */
-int32_t pa_sim_set_timeout_ms(int32_t ms);
+/* A wait nothing can satisfy ends the launch at once with a DEADLOCK (PA_ERR_INTERNAL): the simulation never hangs
+ * and has no timeout.  Env PA_SIM_DROP_SIGNAL=n loses the n-th cross-core message of each launch (the deadlock's
+ * negative control). */
 /* Synchronisation edges of the kernel (kernel/npu/pa_sync.hpp: a set_flag with its wait_flag, a barrier, or a
  * cross-core signal with its wait).  pa_sim_drop_sync(id) removes both ends of edge `id` from every later
  * launch of the process (-1 restores all): in checked mode the hazard checker must then fail the launch with

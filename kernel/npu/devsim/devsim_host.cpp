@@ -324,14 +324,6 @@ int32_t pa_sim_stats_get(pa_sim_stats *out)
     return PA_OK;
 }
 
-/* Kept for the launcher's API: the device-path simulation cannot hang (a wait no core can satisfy is a DEADLOCK
- * error at once), so there is no timeout to set. */
-int32_t pa_sim_set_timeout_ms(int32_t ms)
-{
-    (void)ms;
-    return 0;
-}
-
 /* The instruction stream of the calling thread's later launches (devsim_trace.hpp), for the timing model. */
 void pa_sim_trace_enable(int32_t on) { host.tracing = on != 0; }
 int64_t pa_sim_trace_count(void) { return int64_t(host.trace.size()); }
