@@ -49,12 +49,6 @@ using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, D
 template <typename E>
 using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
 
-/* The pipe that moves a tile between GM and its on-chip home. */
-template <typename TileT>
-constexpr Pipe LoadPipe() { return kPipeMte2; }
-template <typename TileT>
-constexpr Pipe StorePipe() { return TileT::Loc == TileType::Acc ? kPipeFix : kPipeMte3; }
-
 /* TLOAD of rows x cols elements at element offset `off`, row pitch `pitch` (row-major source). */
 template <typename TileT, typename E>
 AICORE inline void LoadNd(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch,
