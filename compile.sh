@@ -20,8 +20,6 @@
 #                  flags; SIMD paths are chosen at run time)
 #   libpa_sim.so   the `sim` backend: our NPU kernel's A2/A3 code path (pto-isa's A2/A3 implementations) on the
 #                  intrinsic emulator, clusters scheduled from a seed (kernel/npu/devsim, built by build_emu.sh)
-#   libpa_sim_cpu.so  the same kernel on pto-isa's CPU implementations (kernel/npu/build_sim.sh): the oracle of
-#                  differential tests and the timing model's instruction trace, never the `sim` backend
 #   libpa_npu.so   our NPU kernel (kernel/npu/build_npu.sh, only where CANN's bisheng/ccec is installed)
 #   libpa_plan.so  the planner's balancer placement in C (tiling/csrc/pa_balance.c; optional, numpy fallback)
 #   pa_run_check*.so  PagedAttentionRunner.run()'s per-call checks in C, against the installed torch
@@ -30,12 +28,12 @@
 #                  launch replayer and the planner's helper for aarch64, which tests run under qemu-user
 #                  (kernel/mock/cross/build_aarch64.sh; the run() check is compile-checked only)
 #   libpa_emu.so  the A2/A3 intrinsic emulator (kernel/npu/emu/build_emu.sh: also the kernel compiled against it,
-#                 the coverage list, the differential harnesses against pto-isa's CPU implementations, and
-#                 libpa_sim.so)
+#                 the coverage list, the differential harnesses against pto-isa's CPU implementations (the only
+#                 use of those: the emulator's oracle), and libpa_sim.so)
 # Check:
 #   NPU kernel A2/A3 check   the same kernel against pto-isa's A2/A3 implementations (kernel/npu/check_a2a3.sh);
 #                            a failure fails compile.sh (and CI); libpa_a2a3_{cube,vec}.so are its _DEBUG builds
-# The clang parts are libpa_sim_cpu.so, libpa_emu.so with libpa_sim.so, and the A2/A3 check.
+# The clang parts are libpa_emu.so with libpa_sim.so, and the A2/A3 check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -133,20 +131,6 @@ the NEON and portable paths built"
     else
         rm -f "$tmp"
         record "mock device: FAILED (gcc error above)"
-        STATUS=1
-    fi
-}
-
-build_sim() {
-    local script="$ROOT/kernel/npu/build_sim.sh"
-    if [[ ! -f "$script" ]]; then
-        record "NPU kernel CPU-implementation oracle: skipped (kernel/npu/build_sim.sh not present)"
-        return
-    fi
-    if bash "$script" "$BUILD_DIR"; then
-        record "NPU kernel CPU-implementation oracle: built build/lib/libpa_sim_cpu.so"
-    else
-        record "NPU kernel CPU-implementation oracle: FAILED (kernel/npu/build_sim.sh build exited $?)"
         STATUS=1
     fi
 }
@@ -256,12 +240,12 @@ build_run_check() {
     fi
 }
 
-# The clang parts (libpa_sim_cpu.so, the emulator and libpa_sim.so, the A2/A3 check): with --all, or once any
+# The clang parts (the emulator and libpa_sim.so, the A2/A3 check): with --all, or once any
 # of them is in build/lib (then kept up to date: a stale sim library must never be what the tests load).
 clang_parts_wanted() {
     [[ -n "${BUILD_ALL:-}" ]] && return 0
     local lib
-    for lib in libpa_sim_cpu.so libpa_emu.so libpa_sim.so libpa_a2a3_cube.so libpa_a2a3_vec.so; do
+    for lib in libpa_emu.so libpa_sim.so libpa_a2a3_cube.so libpa_a2a3_vec.so; do
         [[ -f "$LIB_DIR/$lib" ]] && return 0
     done
     return 1
@@ -273,7 +257,6 @@ build_clang_parts() {
 them): bash compile.sh --all builds them, and later plain runs keep them up to date"
         return
     fi
-    build_sim
     build_emu
     check_a2a3
 }

@@ -182,7 +182,7 @@ def describe_device(backend: str, *, peak_gb_per_s: float | None = None,
                           host_cache_bytes(), cpus, fma, f"measured: fp32 FMA loop, {cpus} threads, widest vector "
                                                          f"unit, best of {FMA_PROBE_REPS}")
     if backend == "sim":
-        return DeviceInfo(f"sim:{model}:{cpus}cpu", backend, f"pto-isa CPU simulation on {model}",
+        return DeviceInfo(f"sim:{model}:{cpus}cpu", backend, f"A2/A3 intrinsic emulator on {model}",
                           peak_gb_per_s, "none: simulated time is not device time", host_cache_bytes(), cpus)
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 

@@ -157,8 +157,8 @@ class SimBackend(MockBackend):
     name = "sim"
 
     def _check_library(self, library: KernelLibrary) -> None:
-        """Only the device path is ``sim``: a library that runs anything else (the mock, an old CPU-simulation
-        build) would pass every test the emulator is there to fail."""
+        """Only the device path is ``sim``: a library that runs anything else (the mock, a stale build of the
+        removed CPU-implementation simulation) would pass every test the emulator is there to fail."""
         probe = getattr(library.handle, "pa_sim_device_path", None)
         if probe is None:
             raise RuntimeError(f"{library.path} does not export pa_sim_device_path(): it is not the device-path "
@@ -185,20 +185,6 @@ class SimBackend(MockBackend):
     def core_count(self, device: torch.device) -> int:
         clusters = self.max_clusters(device)
         return MOCK_CORE_COUNT if clusters is None else clusters
-
-
-class OracleSimBackend(SimBackend):
-    """The kernel on pto-isa's CPU implementations (``libpa_sim_cpu.so``): the differential tests' oracle and, where
-    asked, a source of the timing model's trace; it speaks the sim protocol but is not the device path, so it is
-    reached only by name, never as ``backend="sim"``."""
-
-    def _library_path(self) -> str | os.PathLike[str]:
-        from launcher.library import oracle_sim_path
-
-        return self._library_override or oracle_sim_path()
-
-    def _check_library(self, library: KernelLibrary) -> None:
-        return None
 
 
 def last_error(library: KernelLibrary, code: int, name: str = "") -> KernelContractError:

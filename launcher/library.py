@@ -28,14 +28,6 @@ from tiling.native import DEFAULT_LIB_DIR, LIB_DIR_ENV, lib_dir
 
 #: File names of the libraries ``compile.sh`` builds, per backend.
 LIBRARY_FILES = {"mock": "libpa_mock.so", "sim": "libpa_sim.so", "npu": "libpa_npu.so"}
-#: The kernel built on pto-isa's CPU implementations (``kernel/npu/build_sim.sh``): not a backend of its own but the
-#: oracle of differential tests and the source of the timing model's instruction trace; it speaks the sim protocol.
-ORACLE_SIM_FILE = "libpa_sim_cpu.so"
-
-
-def oracle_sim_path() -> Path:
-    """Path of the CPU-implementation build of the kernel (it may not exist yet)."""
-    return lib_dir() / ORACLE_SIM_FILE
 
 #: ``call_kernel``: uint32 block_dim, void* stream, then one void* per ABI pointer slot.
 CALL_KERNEL_ARGTYPES = [ctypes.c_uint32, ctypes.c_void_p] + [ctypes.c_void_p] * abi.NUM_PTR_ARGS

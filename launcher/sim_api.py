@@ -1,9 +1,9 @@
 """ctypes mirror of the simulation's own exports (``kernel/npu/pa_sim_api.h``): the one copy of its stats.
 
 ``libpa_sim.so`` exports, besides the mock API (:mod:`launcher.mock_api`): ``pa_sim_stats_get`` (the figures
-of the calling thread's last launch), ``pa_sim_set_timeout_ms`` (the deadlock timeout of simulated waits) and
-``pa_sim_stats_layout`` (the C layout of ``pa_sim_stats``, which :func:`layout_mismatches` compares with
-:class:`SimStats`; the launcher refuses a library that disagrees).  No other module defines this struct.
+of the calling thread's last launch) and ``pa_sim_stats_layout`` (the C layout of ``pa_sim_stats``, which
+:func:`layout_mismatches` compares with :class:`SimStats`; the launcher refuses a library that disagrees).  No
+other module defines this struct.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ def declare(handle: ctypes.CDLL) -> None:
     """Declare the signatures of the simulation's exports present in ``handle`` (idempotent)."""
     signatures: dict[str, tuple[list[type], type]] = {
         "pa_sim_stats_get": ([ctypes.POINTER(SimStats)], ctypes.c_int32),
-        "pa_sim_set_timeout_ms": ([ctypes.c_int32], ctypes.c_int32),
         "pa_sim_stats_layout": ([ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int32),
     }
     for name, (argtypes, restype) in signatures.items():

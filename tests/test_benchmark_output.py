@@ -14,12 +14,12 @@ import pytest
 from benchmark import plot, report
 from benchmark.device import DeviceInfo
 from benchmark.predict import render_predictions
-from launcher.library import oracle_sim_path
+from launcher.library import library_path
 from timing.model import prediction_text
 from workloads import bytes_model
 
 MOCK = DeviceInfo("mock:test-cpu:2cpu", "mock", "mock NPU on test-cpu", 40.0, "given", 32 << 20, 2)
-SIM = DeviceInfo("sim:test-cpu:2cpu", "sim", "pto-isa CPU simulation on test-cpu", None,
+SIM = DeviceInfo("sim:test-cpu:2cpu", "sim", "A2/A3 emulator on test-cpu", None,
                  "none: simulated time is not device time", 32 << 20, 2)
 
 
@@ -71,7 +71,7 @@ def test_the_sim_table_leaves_out_the_device_comparisons() -> None:
     assert "are not shown" not in mock_text
 
 
-@pytest.mark.skipif(not oracle_sim_path().is_file(), reason=f"{oracle_sim_path()} not built")
+@pytest.mark.skipif(not library_path("sim").is_file(), reason=f"{library_path('sim')} not built")
 def test_sim_predict_run_prints_bands_and_no_device_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) \
         -> None:
     """End to end on the simulation (a small shape, one launch): the printed prediction carries its band, the

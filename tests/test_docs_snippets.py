@@ -160,9 +160,7 @@ def _param(block: Block, mark: str = "") -> object:
 
 
 def _needs_libraries(text: str) -> None:
-    if "--predict" in text:
-        library_or_skip("libpa_sim_cpu.so")
-    if re.search(r"\bsim\b", text):
+    if "--predict" in text or re.search(r"\bsim\b", text):
         library_or_skip("libpa_sim.so")
 
 

@@ -1,6 +1,5 @@
-"""Standalone check of the kernel's simulations through ctypes: the device-path simulation (``build/lib/libpa_sim.so``,
-the kernel's A2/A3 code on the intrinsic emulator) and, where a case says ``"library": "cpu"``, the build on
-pto-isa's CPU implementations (``libpa_sim_cpu.so``, the oracle and the timing model's trace source).
+"""Standalone check of the kernel's simulation through ctypes: the device-path simulation (``build/lib/libpa_sim.so``,
+the kernel's A2/A3 code on the intrinsic emulator).
 
 Each case runs in a child process (this file run as a script): a pto-isa on-chip overflow asserts and
 aborts, and that must fail one case, not the test session.  The child plans with the tiling planner,
@@ -26,7 +25,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LIB_DIR = Path(os.environ.get("PA_KIT_LIB_DIR", ROOT / "build" / "lib"))
 LIB = LIB_DIR / "libpa_sim.so"
-LIB_CPU = LIB_DIR / "libpa_sim_cpu.so"
 CASE_TIMEOUT_S = 600
 EXTRA_PAGES = 7
 
@@ -140,7 +138,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if case.get("bad_gather") and batch > 1:
         tiling[abi.batch_word(0, abi.BatchField.GATHER)] = tiling[abi.batch_word(1, abi.BatchField.GATHER)]
     # load_library declares the signatures and checks the struct mirrors against the library
-    lib = load_library(LIB_CPU if case.get("library") == "cpu" else LIB).handle
+    lib = load_library(LIB).handle
     cfg = MockConfig()
     ptrs: list[ctypes.c_void_p] = [ctypes.c_void_p(None)] * abi.NUM_PTR_ARGS
     for slot, arr in bufs.items():
@@ -185,7 +183,6 @@ def run_in_child(case: dict[str, Any], env: dict[str, str] | None = None) -> dic
 
 
 needs_sim = pytest.mark.skipif(not LIB.exists(), reason=f"{LIB} not built (bash compile.sh)")
-needs_cpu_sim = pytest.mark.skipif(not LIB_CPU.exists(), reason=f"{LIB_CPU} not built (bash kernel/npu/build_sim.sh)")
 
 
 def message_of(res: dict[str, Any]) -> str:
@@ -372,14 +369,6 @@ def test_a_lost_signal_is_a_deadlock_naming_core_pipe_and_flag() -> None:
     message = res["err"]["message"]
     assert message.startswith("DEADLOCK") and "PA_SIM_SEED=" in message, res
     assert re.search(r"vec core \d+\.\d waits on pipe S for cross-core flag \d+", message), res
-
-
-@needs_cpu_sim
-def test_the_cpu_oracle_deadlock_times_out_instead_of_hanging() -> None:
-    res = run_in_child({**BASE, "lens": [300, 40], "library": "cpu"},
-                       env={"PA_SIM_DROP_SIGNAL": "0", "PA_SIM_TIMEOUT_MS": "300"})
-    assert res["rc"] == int(abi.ErrorCode.INTERNAL), res
-    assert "deadlock" in res["err"]["message"], res
 
 
 #: split-KV over more blocks than a 910B2 holds (24 clusters): the combine's all-vector barrier

@@ -161,7 +161,7 @@ def test_band_ends_bracket_the_nominal_prediction() -> None:
 
 
 # ---- the simulation's trace ---------------------------------------------------------------------------------
-from test_sim_kernel import BASE, LIB, LIB_CPU, needs_cpu_sim, needs_sim, run_case  # noqa: E402
+from test_sim_kernel import BASE, LIB, needs_sim, run_case  # noqa: E402
 
 
 @pytest.fixture
@@ -171,31 +171,6 @@ def cost_tables() -> CostTables:
         return load_cost_tables()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-
-
-@needs_cpu_sim
-def test_trace_mirror_matches_the_library() -> None:
-    lib = ctypes.CDLL(str(LIB_CPU))
-    tr.declare(lib)
-    assert lib.pa_sim_trace_event_bytes() == tr.TRACE_DTYPE.itemsize
-    names = tr.op_names(lib)
-    assert {"TLOAD", "TSTORE", "TMATMUL", "TROWMAX", "TCVT"} <= set(names)
-
-
-@needs_cpu_sim
-def test_a_simulated_launch_replays(cost_tables: CostTables) -> None:
-    """A real trace: every role's stream ends, the prediction respects the HBM bound, K/V bursts are D·2 bytes."""
-    case = {**BASE, "lens": [300, 1000], "hq": 8, "hkv": 2, "d": 128, "bs": 128, "cores": 4, "strategy": "bn",
-            "library": "cpu"}
-    lib = ctypes.CDLL(str(LIB_CPU))
-    trace = tr.capture(lib, lambda: run_case(case), 4)
-    kinds = set(trace.events["kind"].tolist())
-    assert {tr.EV_INSTR, tr.EV_SET, tr.EV_WAIT, tr.EV_SIGNAL, tr.EV_XWAIT} <= kinds
-    loads = trace.events[(trace.events["op"] == trace.op_names.index("TLOAD")) & (trace.events["slot"] == K_SLOT)]
-    assert len(loads) and set(loads["burst_bytes"].tolist()) == {128 * 2}
-    pred = replay(trace, cost_tables)
-    assert pred.predicted_us * 1e-6 >= pred.hbm_bytes / 1.6e12
-    assert len(pred.end_s) == 4 * 3
 
 
 @needs_sim
@@ -333,7 +308,7 @@ def test_ragged_table_forces_a_split_count_through_the_planner_grid() -> None:
     assert planner.plan_paged_attention(lens, **kw).kv_core_num != 7  # nothing left behind
 
 
-@needs_cpu_sim
+@needs_sim
 def test_a_forced_grid_is_traced_and_replayed_with_its_band(cost_tables: CostTables) -> None:
     """``trace_of(grid=...)`` (what ``timing.plan_search`` and ``timing.ragged --kvcn`` replay) plans the given
     grid for the simulated launch, and a candidate's report carries its band."""

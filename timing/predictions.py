@@ -1,9 +1,10 @@
 """Predicted device time of every published shape, at the model's nominal constants and at both ends of its
 bands, written to ``timing/predictions.json`` (the frozen file the faster-kernel work is judged against).
 
-    python -m timing.predictions [--out timing/predictions-2026-11-28.json] [--source device|cpu]
+    python -m timing.predictions [--out timing/predictions-2026-11-28.json]
 
-Each shape runs once in the simulation (hazard checker off: only the trace is wanted), its trace is replayed
+Each shape runs once in the simulation (the kernel's A2/A3 code on the intrinsic emulator, ``libpa_sim.so``;
+hazard checker off: only the device's instruction stream is wanted), its trace is replayed
 three times, and the checks of the calibration protocol (docs/TIMING_MODEL.md) are applied: no prediction
 beats the HBM floor (rule 4); a prediction faster than the best measured kernel of our access pattern (rule 3's
 envelope) is flagged; a speed-up over IFA is claimed only if it holds at the pessimistic end (rule 5).
@@ -32,11 +33,10 @@ from workloads import bytes_model
 from workloads.cases import build_case
 from workloads.shapes import BenchShape, pr_shapes
 
-#: The frozen predictions from the CPU-implementation build's trace (before 2026-11-28), and from the device's
-#: instruction stream on the emulator (docs/TIMING_MODEL.md, "The device stream").
+#: The frozen predictions from the trace of the CPU-implementation build (removed on 2026-11-28; kept as the old
+#: baseline of docs/TIMING_MODEL.md's old/new table), and from the device's instruction stream on the emulator.
 OUT_CPU = Path(__file__).resolve().parent / "predictions.json"
 OUT = Path(__file__).resolve().parent / "predictions-2026-11-28.json"
-TraceSource = Literal["device", "cpu"]
 #: rule 3: the best measured kernel of the paged [blocks, block_size, Hkv, D] pattern (simpler, b64 ctx 2K)
 ENVELOPE_TB_PER_S = 1.126
 #: its K/V rows: D = 128 fp16 (simpler's kernel reads one KV head's row per burst)
@@ -45,32 +45,26 @@ ENVELOPE_KV_BURST_BYTES = 256
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[False] = False, grid: CoreSplit | None = None,
-             source: TraceSource = "device") -> tr.Trace: ...
+             with_plan: Literal[False] = False, grid: CoreSplit | None = None) -> tr.Trace: ...
 
 
 @overload
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: Literal[True], grid: CoreSplit | None = None,
-             source: TraceSource = "device") -> tuple[tr.Trace, PagedAttentionPlan]: ...
+             with_plan: Literal[True], grid: CoreSplit | None = None) -> tuple[tr.Trace, PagedAttentionPlan]: ...
 
 
 def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = None, *,
-             with_plan: bool = False, grid: CoreSplit | None = None,
-             source: TraceSource = "device") -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
-    """The instruction trace of one launch of ``shape`` (and the plan it ran, if asked).
-
-    ``source``: "device", the intrinsics the device executes, as the emulator runs the kernel's A2/A3 code
-    (``libpa_sim.so``); "cpu", the tile operations of the CPU-implementation build (``libpa_sim_cpu.so``), the
-    source of the predictions frozen before 2026-11-28.  ``grid`` plans that task grid instead of the planner's
-    choice (``plan_paged_attention(grid=...)``)."""
+             with_plan: bool = False, grid: CoreSplit | None = None) -> tr.Trace | tuple[tr.Trace, PagedAttentionPlan]:
+    """The instruction trace of one launch of ``shape`` (and the plan it ran, if asked): the intrinsics the device
+    executes, as the emulator runs the kernel's A2/A3 code (``libpa_sim.so``).  ``grid`` plans that task grid
+    instead of the planner's choice (``plan_paged_attention(grid=...)``)."""
     from launcher import PagedAttentionRunner
-    from launcher.backends import OracleSimBackend, SimBackend
+    from launcher.backends import SimBackend
 
     case = build_case(shape, "cpu")
     runner = PagedAttentionRunner(  # checked=False: only the trace is wanted (pa_sim_trace_*)
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
-        backend=SimBackend() if source == "device" else OracleSimBackend(), out=torch.empty_like(case.query),
+        backend=SimBackend(), out=torch.empty_like(case.query),
         checked=False,
         core_count=core_count,
         handoff_tokens=handoff_tokens,
@@ -85,10 +79,9 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
     return (trace, runner.plan) if with_plan else trace
 
 
-def predict_shape(shape: BenchShape, handoff_tokens: int | None = None,
-                  source: TraceSource = "device") -> dict[str, Any]:
+def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[str, Any]:
     costs = load_cost_tables()
-    trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens, source=source)
+    trace = trace_of(shape, DEFAULT.cube_cores, handoff_tokens)
     total_bytes = bytes_model.traffic(shape).total_bytes
     kv = trace.events[tr.kv_loads(trace.events)]
     bursts, counts = np.unique(kv["burst_bytes"], return_counts=True)
@@ -120,14 +113,11 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(OUT))
-    p.add_argument("--source", choices=("device", "cpu"), default="device",
-                   help="trace source: the device's instruction stream on the emulator (default) or the "
-                        "CPU-implementation build (how timing/predictions.json was made)")
     args = p.parse_args(argv)
     rows = []
     for shape in pr_shapes():
         start = time.perf_counter()
-        rows.append(predict_shape(shape, source=args.source))
+        rows.append(predict_shape(shape))
         r = rows[-1]
         print(f"{shape.shape_id:<36} {prediction_text(r['predicted_us'], r['band_us']):>30} "
               f"{r['bound']:<16} IFA {r.get('ifa_published_us', '-')}  ({time.perf_counter() - start:.0f} s)",
@@ -136,10 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         "description": "Predicted device time of the published shapes by the timing model (timing/), frozen: a "
                        "prediction, not a measurement. band_us: all constants at the optimistic and at the "
                        "pessimistic end of their bands at once (docs/TIMING_MODEL.md).",
-        "command": f"python -m timing.predictions --source {args.source}",
-        "trace_source": {"device": "the device's instruction stream: the kernel's A2/A3 code on the intrinsic "
-                                   "emulator (libpa_sim.so)",
-                         "cpu": "the CPU-implementation build's tile operations (libpa_sim_cpu.so)"}[args.source],
+        "command": "python -m timing.predictions",
+        "trace_source": "the device's instruction stream: the kernel's A2/A3 code on the intrinsic emulator "
+                        "(libpa_sim.so)",
         "status": "frozen: the model's constants and these predictions are fixed (docs/TIMING_MODEL.md, rule 6); "
                   "a later kernel is judged against them, a refit after device contact goes into a new file",
         "constants": asdict(DEFAULT), "bands": BANDS, "envelope_tb_per_s": ENVELOPE_TB_PER_S, "shapes": rows,

@@ -144,7 +144,8 @@ class Pricer:
         return Priced(seconds, hbm_bytes=nbytes, hbm_load_bytes=nbytes / eff)
 
     def _price_tile_op(self, op: str, pipe: int, rows: int, cols: int, dtype: str, ev: np.void | dict) -> Priced:
-        """The CPU build's tile-level instructions (``kernel/npu/sim``'s trace)."""
+        """Tile-level instructions: the removed CPU build's record, kept for the synthetic traces of
+        tests/test_timing_replay.py."""
         if op in ("TMOV", "TEXTRACT"):
             return Priced(self.costs.transfer_cycles(TRANSFER_KEYS[(op, PIPE_MTE1)], int(ev["bytes"])) * self.cycle_s)
         if op == "TEXPANDS_L1":

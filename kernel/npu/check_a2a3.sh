@@ -3,14 +3,13 @@
 #
 #   bash kernel/npu/check_a2a3.sh [build_dir]
 #
-# The CPU simulation compiles pto-isa's CPU implementations, which accept code the device rejects (column
-# tiles in element-wise ops, ...).  This check compiles the same kernel source against pto-isa's A2/A3
-# implementations (-D__COSTMODEL: the real a2a3 headers with the hardware calls stubbed), so their
+# pto-isa's CPU implementations accept code the device rejects (column tiles in element-wise ops, ...).  This
+# check compiles the kernel source against pto-isa's A2/A3 implementations (-D__COSTMODEL: the real a2a3 headers with the hardware calls stubbed), so their
 # static_asserts and type rules run:
 #   1. every instantiation: the cube binary (-D__DAV_C220_CUBE__) and the vector binary (-D__DAV_C220_VEC__),
 #      each instantiating fp16/bf16 x head-dim classes 64/128/256 through the kernel's dispatch;
-#   2. the kernel sources as C++17, the standard of pto-isa's own device builds (the cost-model headers
-#      themselves need C++20, so this pass compiles against the CPU headers with a2a3/pa_cxx17_shim.hpp);
+#   2. the kernel sources as C++17, the standard of pto-isa's own device builds, both roles (the cost-model
+#      headers themselves need C++20, so this pass compiles against the CPU headers with a2a3/pa_cxx17_shim.hpp);
 #   3. the two roles as cost-model libraries with -D_DEBUG (build/lib/libpa_a2a3_{cube,vec}.so): tests run
 #      a few launches through them so the A2/A3 implementations' run-time asserts (PTO_ASSERT) execute.
 # Gaps of the pinned cost-model headers are filled in a2a3/pa_costmodel_shim.hpp, each with its reason.
@@ -43,7 +42,7 @@ COMMON=(-include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$HERE" -Wall
 # -D__NPU_ARCH__=2201 selects A2/A3 (dav-c220) in pto-isa's headers; PTO_COMM_NOT_SUPPORTED leaves out the
 # collective-communication headers the cost model cannot compile.
 A2A3=(-std=c++23 -D__COSTMODEL -D__NPU_ARCH__=2201 -DPTO_COMM_NOT_SUPPORTED -include "$HERE/a2a3/pa_costmodel_shim.hpp")
-CXX17=(-std=c++17 -D__CPU_SIM -D__STDCPP_BFLOAT16_T__=1 -isystem "$HERE/sim/shim" -include "$HERE/a2a3/pa_cxx17_shim.hpp")
+CXX17=(-std=c++17 -D__CPU_SIM -D__STDCPP_BFLOAT16_T__=1 -isystem "$HERE/emu/shim" -include "$HERE/a2a3/pa_cxx17_shim.hpp")
 
 STAMP="$BUILD/lib/.libpa_a2a3.stamp"
 PTO_SHA256="$(cat "$BUILD/third_party/pto-isa/.sha256")"
@@ -71,7 +70,10 @@ for role in CUBE VEC; do
     pids+=($!) names+=("${role,,} role does not compile for A2/A3")
 done
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "${names[$i]}"; done
-run "$CXX" "${COMMON[@]}" "${CXX17[@]}" -fsyntax-only "$HERE/pa_kernel.cpp" || fail "kernel sources are not C++17"
+for role in CUBE VEC; do
+    run "$CXX" "${COMMON[@]}" "${CXX17[@]}" -D__DAV_C220_${role}__ -fsyntax-only "$HERE/pa_kernel.cpp" ||
+        fail "kernel sources are not C++17 (${role,,} role)"
+done
 if [[ -n "${PA_A2A3_SYNTAX_ONLY:-}" ]]; then  # tests' negative controls: steps 1 and 2 only
     echo "NPU kernel A2/A3 check: passed (syntax only)"
     exit 0

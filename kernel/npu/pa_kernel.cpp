@@ -7,8 +7,8 @@
  * split-block (bit 7) need no separate code: split-KV is kvCN > 1 in the tiling, and level-2 sub-tiles
  * never cross a page, so a tile that divides the page is just more sub-tiles.
  *
- * Built twice from this source: for the NPU by CANN's bisheng (build_npu.sh, dav-c220 cube + vec) and for
- * CPU simulation by clang++ -D__CPU_SIM (build_sim.sh), where sim/pa_sim_host.cpp runs each core as a thread.
+ * Built per role (cube, vec) from this source: for the NPU by CANN's bisheng (build_npu.sh), against pto-isa's
+ * A2/A3 cost model by clang++ (check_a2a3.sh) and against the A2/A3 intrinsic emulator (emu/build_emu.sh: sim).
  */
 #include "pa_cube.hpp"
 #include "pa_vector.hpp"
@@ -98,7 +98,6 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) ui
                                                    uint64_t ffts_base)
 {
     const pa::KernelArgs args{{PA_PTR_ARGS(PA_PARAM_INIT)}};
-#if !defined(__CPU_SIM)
     set_ffts_base_addr(ffts_base);
     /* Mode state a previous kernel on this core may have left otherwise: CTRL[48] = 1 turns off the vector
      * unit's and FIX's float saturation, so a NaN or inf in the inputs reaches the output as NaN or inf (with
@@ -110,17 +109,7 @@ extern "C" __global__ AICORE void pa_decode_kernel(PA_PTR_ARGS(PA_PARAM_DECL) ui
     if (!pa::devsim::KeepInheritedAtomics())
 #endif
         set_atomic_none();
-#else
-    (void)ffts_base;
-#endif
-#if defined(__CPU_SIM)
-    /* one host thread per core role; both roles are compiled into the one simulation library */
-    if (pa::sim::tctx.role == pa::sim::kRoleCube) {
-        pa::Dispatch<true>(args, get_block_idx(), block_num, 0);
-    } else {
-        pa::Dispatch<false>(args, get_block_idx(), block_num, uint32_t(pa::sim::tctx.role - pa::sim::kRoleVec0));
-    }
-#elif defined(__DAV_C220_CUBE__)
+#if defined(__DAV_C220_CUBE__)
     pa::Dispatch<true>(args, get_block_idx(), block_num, 0);
 #elif defined(__DAV_C220_VEC__)
     set_mask_norm();

@@ -3,18 +3,15 @@
  * every tile instruction the kernel issues, intra-core flags and barriers, and cross-core flags.
  *
  * On the NPU (and in the A2/A3 compile check, -D__COSTMODEL) each wrapper is exactly the pto-isa instruction
- * or the CCE intrinsic.  Under __CPU_SIM each wrapper also tells the simulation what the A2/A3 instruction
- * touches: its pipe and the byte ranges it reads and writes (pa_record.hpp), so the hazard checker can find
- * races the sequential simulation cannot show; GM accesses are checked against the extents registered with
- * pa_mock_bind(), traffic is counted, and every wait has a deadlock timeout.
+ * or the CCE intrinsic.
  *
  * Under PA_DEVICE_SIM (the device-path simulation: -D__COSTMODEL against the A2/A3 intrinsic emulator) the
  * wrappers are the device's, plus what a host process needs: on-chip addresses carry the emulator's tag, a scalar
  * read of UB goes to the emulated UB, and a synchronisation edge can be dropped or mutated for the hazard
  * checker's negative controls (devsim/devsim_hooks.hpp).
  *
- * Over 400 lines: every wrapper carries its three build modes side by side, so the device's instruction and what
- * the simulations record of it are read together.
+ * Over 400 lines: every wrapper carries its build modes side by side, so the device's instruction and what the
+ * simulation adds to it are read together.
  */
 #ifndef PA_PLATFORM_HPP
 #define PA_PLATFORM_HPP
@@ -23,9 +20,6 @@
 
 #include "pa_config.hpp"
 #include "pa_sync.hpp"
-#ifdef __CPU_SIM
-#include "sim/pa_record.hpp"
-#endif
 #ifdef PA_DEVICE_SIM
 #include "devsim/devsim_hooks.hpp"
 #include "emu/emu_core.hpp"
@@ -55,29 +49,12 @@ using GmNd = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, D
 template <typename E>
 using GmDn = GlobalTensor<E, Shape<1, 1, 1, DYNAMIC, DYNAMIC>, Stride<1, 1, 1, DYNAMIC, DYNAMIC>, Layout::DN>;
 
-#ifdef __CPU_SIM
-#define PA_RECORD(...) ::pa::rec::Issue(__VA_ARGS__)
-#else
-#define PA_RECORD(...) ((void)0)
-#endif
-
-/* The pipe that moves a tile between GM and its on-chip home. */
-template <typename TileT>
-constexpr Pipe LoadPipe() { return kPipeMte2; }
-template <typename TileT>
-constexpr Pipe StorePipe() { return TileT::Loc == TileType::Acc ? kPipeFix : kPipeMte3; }
-
 /* TLOAD of rows x cols elements at element offset `off`, row pitch `pitch` (row-major source). */
 template <typename TileT, typename E>
 AICORE inline void LoadNd(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch,
                           int traffic)
 {
-#ifdef __CPU_SIM
-    rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), false, traffic);
-    PA_RECORD(kPipeMte2, "TLOAD", rec::GmShape(rows, cols, sizeof(E)),
-              {rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), false), rec::Of(tile, true)});
-    rec::PaddingGuard<TileT> keep(tile);
-#elif defined(PA_DEVICE_SIM)
+#ifdef PA_DEVICE_SIM
     if (devsim::ShortenedLoad(g.slot) && rows > 1) --rows; /* negative control of initcheck */
 #endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
@@ -89,12 +66,6 @@ template <typename TileT, typename E>
 AICORE inline void LoadDn(TileT &tile, Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch,
                           int traffic)
 {
-#ifdef __CPU_SIM
-    rec::GmTraffic(g.slot, off, rows, cols, 1, pitch, sizeof(E), false, traffic);
-    PA_RECORD(kPipeMte2, "TLOAD", rec::GmShape(rows, cols, sizeof(E)),
-              {rec::Gm(g.slot, off, cols, rows, pitch, sizeof(E), false), rec::Of(tile, true)});
-    rec::PaddingGuard<TileT> keep(tile);
-#endif
     GmDn<E> view(g.ptr + off, typename GmDn<E>::Shape(rows, cols), typename GmDn<E>::Stride(1, pitch));
     TLOAD(tile, view);
 }
@@ -104,11 +75,6 @@ template <typename TileT, typename E>
 AICORE inline void StoreNd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch, TileT &tile,
                            int traffic)
 {
-#ifdef __CPU_SIM
-    rec::GmTraffic(g.slot, off, rows, cols, pitch, 1, sizeof(E), true, traffic);
-    PA_RECORD(StorePipe<TileT>(), "TSTORE", rec::GmShape(rows, cols, sizeof(E)),
-              {rec::Of(tile, false), rec::Gm(g.slot, off, rows, cols, pitch, sizeof(E), true)});
-#endif
     GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
     TSTORE(view, tile);
 }
@@ -117,10 +83,7 @@ AICORE inline void StoreNd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, 
 template <typename E>
 AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 {
-#ifdef __CPU_SIM
-    rec::GmTraffic(g.slot, index, 1, 1, 1, 1, sizeof(E), false, kTrafficOther);
-    PA_RECORD(kPipeS, "scalar GM read", rec::GmShape(1, 1, sizeof(E)), {rec::Gm(g.slot, index, 1, 1, 1, sizeof(E), false)});
-#elif defined(PA_DEVICE_SIM)
+#ifdef PA_DEVICE_SIM
     devsim::ScalarGmRead();
 #endif
     return g.ptr[index];
@@ -131,21 +94,13 @@ AICORE inline E ReadScalar(Gm<E> g, uint64_t index)
 template <typename DstT, typename SrcT>
 AICORE inline void Mov(DstT &dst, SrcT &src)
 {
-    PA_RECORD(kPipeMte1, "TMOV", rec::ShapeOf(dst), {rec::Of(src, false), rec::Of(dst, true)});
     TMOV(dst, src);
-#ifdef __CPU_SIM
-    rec::CopyFractalPadding(dst, src, 0, 0);
-#endif
 }
 
 template <typename DstT, typename SrcT>
 AICORE inline void Extract(DstT &dst, SrcT &src, uint32_t row, uint32_t col)
 {
-    PA_RECORD(kPipeMte1, "TEXTRACT", rec::ShapeOf(dst), {rec::Of(src, false), rec::Of(dst, true)});
     TEXTRACT(dst, src, row, col);
-#ifdef __CPU_SIM
-    rec::CopyFractalPadding(dst, src, row, col);
-#endif
 }
 
 /* Why a zero fill is there: the padding of a ragged inner length, or the operand columns/rows a matmul multiplies
@@ -162,14 +117,11 @@ AICORE inline ZeroFill FillKind(bool padding, bool operand)
 template <typename TileT>
 AICORE inline void ZeroL1(TileT &tile, ZeroFill kind = kFillPadding)
 {
-#if defined(__CPU_SIM)
-    if (rec::SkipZeroFill(kind)) return; /* negative control: the tile left as the device leaves it */
-#elif defined(PA_DEVICE_SIM)
-    if (devsim::SkipZeroFill(kind)) return;
+#if defined(PA_DEVICE_SIM)
+    if (devsim::SkipZeroFill(kind)) return; /* negative control: the tile left as the device leaves it */
 #else
     (void)kind;
 #endif
-    PA_RECORD(kPipeMte2, "TEXPANDS_L1", rec::ShapeOf(tile), {rec::Of(tile, true)});
     TEXPANDS(tile, typename TileT::DType(0.0f));
 }
 
@@ -177,63 +129,46 @@ AICORE inline void ZeroL1(TileT &tile, ZeroFill kind = kFillPadding)
 template <typename AccT, typename LeftT, typename RightT>
 AICORE inline void Matmul(AccT &acc, LeftT &a, RightT &b)
 {
-    PA_RECORD(kPipeM, "TMATMUL", rec::MatmulShape(acc, a), {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, true)});
     TMATMUL(acc, a, b);
-#ifdef __CPU_SIM
-    rec::AddPaddedInner(acc, a, b);
-#endif
 }
 
 template <typename AccT, typename LeftT, typename RightT>
 AICORE inline void MatmulAcc(AccT &acc, LeftT &a, RightT &b)
 {
-    PA_RECORD(kPipeM, "TMATMUL_ACC", rec::MatmulShape(acc, a),
-              {rec::Of(a, false), rec::Of(b, false), rec::Of(acc, false), rec::Of(acc, true)});
     TMATMUL_ACC(acc, acc, a, b);
-#ifdef __CPU_SIM
-    rec::AddPaddedInner(acc, a, b);
-#endif
 }
 
 /* ---- vector instructions (V pipe) -------------------------------------------------------------------------
  * Row-expand binary ops with a column (DN) per-row operand use A2/A3's fixed 8 KiB UB temporary at
- * TMP_UB_OFFSET (pto-isa a2a3 TRowExpandBinOp): recorded as a write of that range. */
+ * TMP_UB_OFFSET (pto-isa a2a3 TRowExpandBinOp): the emulator executes that write, so no UB buffer may lie there. */
 #define PA_VEC_UNARY(Name, OP)                                                             \
     template <typename D, typename S>                                                      \
     AICORE inline void Name(D &d, S &s)                                                    \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});  \
         OP(d, s);                                                                          \
     }
 #define PA_VEC_SCALAR(Name, OP)                                                            \
     template <typename D, typename S>                                                      \
     AICORE inline void Name(D &d, S &s, float x)                                           \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});  \
         OP(d, s, x);                                                                       \
     }
 #define PA_VEC_BINARY(Name, OP)                                                            \
     template <typename D, typename S0, typename S1>                                        \
     AICORE inline void Name(D &d, S0 &a, S1 &b)                                            \
     {                                                                                      \
-        PA_RECORD(kPipeV, #OP, rec::ShapeOf(a), {rec::Of(a, false), rec::Of(b, false), rec::Of(d, true)}); \
         OP(d, a, b);                                                                       \
     }
 #define PA_VEC_REDUCE(Name, OP)                                                                                \
     template <typename D, typename S, typename T>                                                              \
     AICORE inline void Name(D &d, S &s, T &tmp)                                                                \
     {                                                                                                          \
-        PA_RECORD(kPipeV, #OP, rec::ShapeOf(s),                                                              \
-                  {rec::Of(s, false), rec::Of(tmp, false), rec::Of(tmp, true), rec::Of(d, true)});         \
         OP(d, s, tmp);                                                                                         \
     }
 #define PA_VEC_ROW_EXPAND(Name, OP)                                                                    \
     template <typename D, typename S0, typename S1>                                                    \
     AICORE inline void Name(D &d, S0 &a, S1 &b)                                                        \
     {                                                                                                  \
-        PA_RECORD(kPipeV, #OP, rec::ShapeOf(a),                                                        \
-                  {rec::Of(a, false), rec::Of(b, false), rec::FixedTemp(!S1::isRowMajor, false),       \
-                   rec::FixedTemp(!S1::isRowMajor, true), rec::Of(d, true)});                          \
         OP(d, a, b);                                                                                   \
     }
 PA_VEC_UNARY(Exp, TEXP)
@@ -261,14 +196,12 @@ PA_VEC_ROW_EXPAND(RowExpandDiv, TROWEXPANDDIV)
 template <typename D, typename S>
 AICORE inline void Cvt(D &d, S &s, RoundMode mode)
 {
-    PA_RECORD(kPipeV, "TCVT", rec::ShapeOf(s), {rec::Of(s, false), rec::Of(d, true)});
     TCVT(d, s, mode);
 }
 
 template <typename D>
 AICORE inline void Fill(D &d, typename D::DType x)
 {
-    PA_RECORD(kPipeV, "TEXPANDS", rec::ShapeOf(d), {rec::Of(d, true)});
     TEXPANDS(d, x);
 }
 
@@ -276,7 +209,6 @@ AICORE inline void Fill(D &d, typename D::DType x)
 template <typename TileT>
 AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
 {
-    PA_RECORD(kPipeS, "GetValue", rec::Shape{1, 1, 0, uint32_t(sizeof(typename TileT::DType))}, {rec::Element(tile, index, false)});
 #if defined(PA_DEVICE_SIM)
     using E = typename TileT::DType;
     static_assert(sizeof(E) == 4, "scalar reads of UB are fp32 words");
@@ -296,7 +228,6 @@ AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)
 }
 
 /* ---- intra-core flags and barriers --------------------------------------------------------------------- */
-#ifndef __CPU_SIM
 template <Pipe P>
 constexpr pipe_t HwPipe()
 {
@@ -309,7 +240,6 @@ constexpr pipe_t HwPipe()
     else if constexpr (P == kPipeMte3) return PIPE_MTE3;
     else return PIPE_ALL;
 }
-#endif
 
 #ifdef PA_DEVICE_SIM
 /* The negative controls' fault injection: false when the edge is dropped; else the source pipe and the event
@@ -327,9 +257,7 @@ inline bool EdgeOperands(int edge, pipe_t &src, int &event)
 template <Pipe Src, Pipe Dst>
 AICORE inline void SetFlag(Flag<Src, Dst> f)
 {
-#if defined(__CPU_SIM)
-    rec::SetFlag(Src, Dst, f.event, f.edge);
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     pipe_t src;
     int event = f.event;
     if (EdgeOperands<Src>(f.edge, src, event)) set_flag(src, HwPipe<Dst>(), static_cast<event_t>(event));
@@ -341,9 +269,7 @@ AICORE inline void SetFlag(Flag<Src, Dst> f)
 template <Pipe Src, Pipe Dst>
 AICORE inline void WaitFlag(Flag<Src, Dst> f)
 {
-#if defined(__CPU_SIM)
-    rec::WaitFlag(Src, Dst, f.event, f.edge);
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     pipe_t src;
     int event = f.event;
     if (EdgeOperands<Src>(f.edge, src, event)) wait_flag(src, HwPipe<Dst>(), static_cast<event_t>(event));
@@ -375,9 +301,7 @@ AICORE inline void Handoff(Flag<Src, Dst> f)
 /* pipe_barrier(PIPE_V): the vector pipe does not interlock dependent instructions. */
 AICORE inline void VecBarrier(int edge)
 {
-#if defined(__CPU_SIM)
-    rec::Barrier(kPipeV, edge);
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     if (!devsim::EdgeDropped(edge)) pipe_barrier(PIPE_V);
 #else
     (void)edge;
@@ -389,9 +313,7 @@ AICORE inline void VecBarrier(int edge)
 /* A block id the kernel is about to use; the NPU kernel trusts the table (the host validated it). */
 AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 {
-#if defined(__CPU_SIM)
-    sim::CheckBlockId(id, int64_t(tableIndex));
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     devsim::CheckBlockId(id, int64_t(tableIndex));
 #else
     (void)id; (void)tableIndex;
@@ -401,12 +323,7 @@ AICORE inline void CheckBlockId(int64_t id, uint64_t tableIndex)
 /* Which logical work item (and hand-off unit) the calling core is on: only the simulation's reports use it. */
 AICORE inline void SetWorkItem(int32_t seq, int32_t head, int32_t split)
 {
-#if defined(__CPU_SIM)
-    sim::tctx.seq = seq;
-    sim::tctx.head = head;
-    sim::tctx.split = split;
-    sim::tctx.unit = -1;
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     devsim::SetWorkItem(seq, head, split);
 #else
     (void)seq; (void)head; (void)split;
@@ -415,9 +332,7 @@ AICORE inline void SetWorkItem(int32_t seq, int32_t head, int32_t split)
 
 AICORE inline void SetUnit(uint32_t unit)
 {
-#if defined(__CPU_SIM)
-    sim::tctx.unit = int32_t(unit);
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     devsim::SetUnit(int32_t(unit));
 #else
     (void)unit;
@@ -427,33 +342,35 @@ AICORE inline void SetUnit(uint32_t unit)
 /* Event counters of the simulation figures; nothing on the NPU. */
 AICORE inline void Count(Counter what)
 {
-#if defined(__CPU_SIM)
-    rec::Count(what);
-#elif defined(PA_DEVICE_SIM)
+#if defined(PA_DEVICE_SIM)
     devsim::Count(what);
 #else
     (void)what;
 #endif
 }
 
-/* TASSIGN that also records the high-water mark of the tile's on-chip region (simulation figures). */
+/* A2/A3's fixed UB temporary at TMP_UB_OFFSET: row-expand ops with a column operand and some conversions write it. */
+constexpr uint64_t kFixedTempBytes = 8 * 1024;
+
+/* TASSIGN of the tile's on-chip region; in the device-path simulation a UB tile over the fixed temporary fails
+ * the launch (whatever the tile holds, the next row-expand overwrites). */
 template <typename TileT>
 AICORE inline void Assign(TileT &tile, uint32_t byteOffset)
 {
 #ifdef PA_DEVICE_SIM
     TASSIGN(tile, uint64_t(byteOffset) | emu::kOnChipTag); /* offset 0 is not a null pointer on the device */
+    if constexpr (TileT::Loc == TileType::Vec) {
+        devsim::UbAssigned(byteOffset, byteOffset + uint64_t(TileT::Numel) * sizeof(typename TileT::DType),
+                           TMP_UB_OFFSET, TMP_UB_OFFSET + kFixedTempBytes);
+    }
 #else
     TASSIGN(tile, byteOffset);
-#endif
-#ifdef __CPU_SIM
-    rec::Assigned(tile, byteOffset);
 #endif
 }
 
 /* ---- cross-core flags ---------------------------------------------------------------------------------
  * An FFTS set is issued on the pipe that produced the data and waits for that pipe's earlier writes;
  * the wait (wait_flag_dev) blocks everything after it.  No PIPE_ALL drain is needed around them. */
-#ifndef __CPU_SIM
 /* FFTS message: bit 0 valid, bits 4-7 mode (2 = within the cluster, 0 = all vector cores), bits 8+ flag id. */
 constexpr uint16_t kFftsModeCluster = 2;
 constexpr uint16_t kFftsModeAllVector = 0;
@@ -481,57 +398,36 @@ AICORE inline void CrossWait(uint16_t id, int edge)
 #endif
     wait_flag_dev(id);
 }
-#endif
 
 /* Cube (from FIX, after the stores of S or O_tmp) -> both vector sub-cores of the cluster. */
 AICORE inline void SignalVectors(CrossFlag f)
 {
     Count(kCountHandoff);
-#ifdef __CPU_SIM
-    rec::Signal(f.id, f.edge, kPipeFix, rec::kToVectors);
-#else
     CrossSet(PIPE_FIX, FftsMsg(kFftsModeCluster, f.id), f.edge);
-#endif
 }
 
 /* A vector sub-core (from MTE3, after the store of P) -> its cube; the cube counts both sub-cores. */
 AICORE inline void SignalCube(CrossFlag f)
 {
     Count(kCountHandoff);
-#ifdef __CPU_SIM
-    rec::Signal(f.id, f.edge, kPipeMte3, rec::kToCube);
-#else
     CrossSet(PIPE_MTE3, FftsMsg(kFftsModeCluster, f.id), f.edge);
-#endif
 }
 
 AICORE inline void WaitFromCube(CrossFlag f)
 {
-#ifdef __CPU_SIM
-    rec::Wait(f.id, f.edge, rec::kToVectors);
-#else
     CrossWait(f.id, f.edge);
-#endif
 }
 
 AICORE inline void WaitFromVectors(CrossFlag f)
 {
-#ifdef __CPU_SIM
-    rec::Wait(f.id, f.edge, rec::kToCube);
-#else
     CrossWait(f.id, f.edge);
-#endif
 }
 
 /* All vector sub-cores of the launch (from MTE3, after the partial stores), then wait for all of them. */
 AICORE inline void VectorBarrier()
 {
-#ifdef __CPU_SIM
-    rec::AllVectorBarrier(kReduceBarrier.edge, kPipeMte3);
-#else
     CrossSet(PIPE_MTE3, FftsMsg(kFftsModeAllVector, kReduceBarrier.id), kReduceBarrier.edge);
     CrossWait(kReduceBarrier.id, kReduceBarrier.edge);
-#endif
 }
 
 }  // namespace pa

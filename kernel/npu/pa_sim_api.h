@@ -1,7 +1,7 @@
 /*
  * Exports of the simulation build (build/lib/libpa_sim.so) beyond the kernel ABI and the mock API.
  *
- * Per-launch figures that predict NPU behaviour from the CPU simulation of the same kernel source:
+ * Per-launch figures that predict NPU behaviour from the device-path simulation of the same kernel source:
  * traffic between global memory and the on-chip buffers, cube<->vector hand-offs, and the peak on-chip
  * buffer use of any one core.  pa_sim_stats() copies the figures of the calling thread's last call_kernel.
  */
@@ -75,10 +75,9 @@ int64_t pa_sim_trace_copy(pa_sim_trace_event *out, int64_t capacity); /* copies;
 const char *pa_sim_trace_op_name(int32_t op);                        /* NULL past the last op               */
 int32_t pa_sim_trace_event_bytes(void);                              /* sizeof(pa_sim_trace_event)          */
 int32_t pa_sim_stats_get(pa_sim_stats *out); /* PA_OK, or PA_ERR_BAD_LAUNCH when no launch ran on this thread */
-/* Deadlock timeout of simulated waits in milliseconds (default 30000, or env PA_SIM_TIMEOUT_MS); returns the old.
- * A wait that times out fails the launch with PA_ERR_INTERNAL.  Env PA_SIM_DROP_SIGNAL=n loses the n-th flag
- * signal of each launch (fault injection for the deadlock negative control). */
-int32_t pa_sim_set_timeout_ms(int32_t ms);
+/* A wait nothing can satisfy ends the launch at once with a DEADLOCK (PA_ERR_INTERNAL): the simulation never hangs
+ * and has no timeout.  Env PA_SIM_DROP_SIGNAL=n loses the n-th cross-core message of each launch (the deadlock's
+ * negative control). */
 /* Synchronisation edges of the kernel (kernel/npu/pa_sync.hpp: a set_flag with its wait_flag, a barrier, or a
  * cross-core signal with its wait).  pa_sim_drop_sync(id) removes both ends of edge `id` from every later
  * launch of the process (-1 restores all): in checked mode the hazard checker must then fail the launch with
@@ -87,8 +86,8 @@ int32_t pa_sim_sync_point_count(void);
 void pa_sim_drop_sync(int32_t id);
 /* Mutations of one edge's meaning, for the checker's negative controls (kind -1 or edge -1: none):
  * the flag set and waited from the wrong source pipe (the scalar pipe), the flag on event 0 (with a ping-pong
- * half's "1" edge: both halves on one event), a cross-core signal issued from another pipe (the scalar pipe);
- * device path only: a cross-core edge's waits skipped while its sets stay (counters left raised: TRAILING_FLAG,
+ * half's "1" edge: both halves on one event), a cross-core signal issued from another pipe (the scalar pipe),
+ * a cross-core edge's waits skipped while its sets stay (counters left raised: TRAILING_FLAG,
  * or past 15 on a long launch), a write-after-read flag not drained at core exit (TRAILING_FLAG). */
 #define PA_SIM_MUTATE_WRONG_SOURCE 1
 #define PA_SIM_MUTATE_SHARED_EVENT 2
@@ -98,18 +97,20 @@ void pa_sim_drop_sync(int32_t id);
 #define PA_SIM_MUTATIONS 6
 void pa_sim_mutate_sync(int32_t kind, int32_t edge);
 /* Negative controls of the kernel's L1 zero fills, a mask: bit 0 (1) skips the fills of the padding a P.V over a
- * ragged tail multiplies (in checked mode the output then holds NaN: on-chip memory starts as NaN); bit 1 (2) the
+ * ragged tail multiplies (mad ignores k padding, as ASC documents it, so the output stays right); bit 1 (2) the
  * fills of the operand columns and rows a matmul multiplies but never stores (past a piece's end, past D, rows
- * 1-15 of a one-row operand: CubeTiles), which the device-path sim's mad check then faults on (NON_FINITE). */
+ * 1-15 of a one-row operand: CubeTiles), which mad's operand check then faults on (NON_FINITE). */
 void pa_sim_skip_zero_padding(int32_t on);
-/* Negative control of the store-atomic reset (device-path simulation only): on != 0 skips the kernel's
+/* Negative control of the store-atomic reset: on != 0 skips the kernel's
  * set_atomic_none at entry, so its first GM store meets the mode a previous kernel left and the launch fails. */
 void pa_sim_keep_inherited_atomics(int32_t on);
-/* Negative control of initcheck (device-path library only): every row-major load from GM argument `slot` loads one
+/* Negative control of initcheck: every row-major load from GM argument `slot` loads one
  * row fewer than its tile holds (-1: none); in checked mode the launch then fails with an UNINIT fault. */
 void pa_sim_shorten_load(int32_t slot);
-/* The race library (pa_sim_races.cpp): small kernels with one deliberate race each and a fixed twin.
- * pa_sim_race_run returns PA_ERR_HAZARD (racy) or PA_OK (fixed) and fills *err when err is not NULL. */
+/* The race library (pa_sim_races.cpp): small kernels with one synchronisation defect each and a fixed twin, each
+ * run as a checked one-cluster launch.  pa_sim_race_run returns PA_OK (fixed), PA_ERR_HAZARD (a race) or
+ * PA_ERR_INTERNAL (a DEADLOCK: the wait no set satisfies), PA_ERR_BAD_LAUNCH for an index out of range, and fills
+ * *err when err is not NULL. */
 struct pa_mock_error;
 int32_t pa_sim_race_count(void);
 const char *pa_sim_race_name(int32_t index);

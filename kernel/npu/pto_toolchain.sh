@@ -1,4 +1,4 @@
-# Sourced by build_sim.sh and check_a2a3.sh: the clang and the pinned pto-isa headers both builds use.
+# Sourced by emu/build_emu.sh and check_a2a3.sh: the clang and the pinned pto-isa headers both builds use.
 #
 #   pto_toolchain <build_dir>   sets CXX (clang++ >= 19; PA_SIM_CXX overrides; installs clang-19 with apt-get
 #                               when missing and possible) and PTO_INC (fetch_pto_isa.sh); returns 3 with a

@@ -32,6 +32,9 @@ void SetUnit(int32_t unit);
 void CheckBlockId(int64_t id, int64_t tableIndex);
 /* The kernel's scalar unit read a GM word (the trace records it: the scalar unit stalls on it). */
 void ScalarGmRead();
+/* A UB tile assigned [begin, end): in checked mode, overlapping the fixed temporary [tempBegin, tempEnd) that
+ * A2/A3's row-expand instructions write ends the launch with a HAZARD. */
+void UbAssigned(uint64_t begin, uint64_t end, uint64_t tempBegin, uint64_t tempEnd);
 
 }  // namespace pa::devsim
 

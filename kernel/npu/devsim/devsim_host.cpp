@@ -255,6 +255,18 @@ void CheckBlockId(int64_t id, int64_t tableIndex)
     }
     throw std::runtime_error(text);
 }
+void UbAssigned(uint64_t begin, uint64_t end, uint64_t tempBegin, uint64_t tempEnd)
+{
+    const LaunchConfig *cfg = CurrentConfig();
+    if (cfg == nullptr || !cfg->checked || begin >= tempEnd || end <= tempBegin) return;
+    char text[240];
+    std::snprintf(text, sizeof text,
+                  "HAZARD: UB buffer [%llu, %llu) on block %d overlaps A2/A3's fixed temporary [%llu, %llu) that "
+                  "row-expand and some conversion instructions write",
+                  static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end), CurrentBlock(),
+                  static_cast<unsigned long long>(tempBegin), static_cast<unsigned long long>(tempEnd));
+    throw std::runtime_error(text);
+}
 }  // namespace pa::devsim
 
 extern "C" {
@@ -310,14 +322,6 @@ int32_t pa_sim_stats_get(pa_sim_stats *out)
     if (!host.hasStats) return PA_ERR_BAD_LAUNCH;
     if (out != nullptr) *out = host.stats;
     return PA_OK;
-}
-
-/* Kept for the launcher's API: the device-path simulation cannot hang (a wait no core can satisfy is a DEADLOCK
- * error at once), so there is no timeout to set. */
-int32_t pa_sim_set_timeout_ms(int32_t ms)
-{
-    (void)ms;
-    return 0;
 }
 
 /* The instruction stream of the calling thread's later launches (devsim_trace.hpp), for the timing model. */

@@ -10,8 +10,9 @@
 #   <build>/obj/emu/kernel.d                 the kernel build's header dependencies (no pto/cpu/ header)
 #   <build>/lib/libpa_emu_diff_<n>_{dev,cpu}.so   each ../emu_diff/diff_<n>.cpp against the emulator (dev) and
 #                                            against pto-isa's CPU implementations (cpu), for differential tests
-#   <build>/lib/libpa_sim.so                 the device-path simulation: the kernel (both roles, -DPA_DEVICE_SIM)
-#                                            against the emulator, run by kernel/npu/devsim on emulated clusters
+#   <build>/lib/libpa_sim.so                 the device-path simulation: the kernel and the race library
+#                                            (pa_sim_races.cpp; both roles, -DPA_DEVICE_SIM) against the
+#                                            emulator, run by kernel/npu/devsim on emulated clusters
 # Idempotent (a stamp of the sources); exits 0 with "skipped: ..." when a tool is missing, 1 when a build fails.
 set -uo pipefail
 
@@ -36,7 +37,7 @@ STAMP_FILE="$OBJ/.stamp"
 STAMP="$({ "$CXX" --version | head -1; cat "$BUILD/third_party/pto-isa/.sha256"; echo "sanitize=${PA_SIM_SANITIZE:-1}";
            sha256sum "$HERE/sanitize_ignore.txt";
            { find "$HERE" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.sh' \) -print0;
-             find "$NPU" "$NPU/sim/shim" -maxdepth 1 -type f -print0;
+             find "$NPU" "$NPU/a2a3" "$HERE/shim" -maxdepth 1 -type f -print0;
              find "$NPU/devsim" "$NPU/emu_diff" "$ROOT/kernel/contract" -type f \( -name '*.[ch]' -o -name '*.[ch]pp' \) -print0;
              printf '%s\n' "$ROOT/kernel/pa_kernel_abi.h" "$ROOT/kernel/pa_mock_api.h" | tr '\n' '\0'; } |
            LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
@@ -51,7 +52,7 @@ run() { echo "+ $*" >>"$LOG"; nice -n 5 "$@" >>"$LOG" 2>&1; }
 
 bash "$HERE/gen_unemulated.sh" "$PTO_INC" "$OBJ/gen/emu_unemulated.hpp" || fail "stub generation failed"
 
-BF16=(-D__STDCPP_BFLOAT16_T__=1 -isystem "$NPU/sim/shim")
+BF16=(-D__STDCPP_BFLOAT16_T__=1 -isystem "$HERE/shim")
 WARN=(-Wall -Wextra -Werror -Wno-unused-parameter)
 EMU_SRC=(emu_core emu_initcheck emu_pipes emu_control emu_vector emu_dma emu_cube emu_atomic emu_capi emu_numeric_rt emu_ubsan)
 say "compiling the emulator with $CXX"
@@ -89,7 +90,7 @@ names="$(bash "$HERE/gen_unemulated.sh" --emulated)"
 
 # Differential harnesses: the same source against the emulator and against pto-isa's CPU implementations.
 CPU=(-std=c++23 -D__CPU_SIM "${BF16[@]}" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU"
-     -Wno-ignored-attributes -Wno-builtin-macro-redefined)
+     -include "$NPU/a2a3/pa_cpu_stub_shim.hpp" -Wno-ignored-attributes -Wno-builtin-macro-redefined)
 for diff in "$NPU"/emu_diff/diff_*.cpp; do
     [[ -e "$diff" ]] || continue
     name="$(basename "${diff%.cpp}")"
@@ -117,15 +118,19 @@ for role in cube vec; do
     run "$CXX" "${DEV[@]}" "-D__DAV_C220_${role^^}__" -DPA_DEVICE_SIM -Dpa_decode_kernel=pa_decode_kernel_$role -O1 -g0 \
         "${SANITIZE[@]}" -fPIC -c "$NPU/pa_kernel.cpp" -o "$OBJ/sim_kernel_$role.o" ||
         fail "the $role role does not compile for the device-path simulation"
-    SIMOBJ+=("$OBJ/sim_kernel_$role.o")
+    run "$CXX" "${DEV[@]}" "-D__DAV_C220_${role^^}__" -DPA_DEVICE_SIM -Dpa_sim_race_body=pa_sim_race_body_$role -O1 -g0 \
+        -fPIC -c "$NPU/pa_sim_races.cpp" -o "$OBJ/sim_races_$role.o" ||
+        fail "the race library's $role role does not compile for the device-path simulation"
+    SIMOBJ+=("$OBJ/sim_kernel_$role.o" "$OBJ/sim_races_$role.o")
 done
-for src in devsim_sched devsim_hazard devsim_trace devsim_host; do
+for src in devsim_sched devsim_hazard devsim_trace devsim_host devsim_races; do
     run "$CXX" "${DEV[@]}" -DPA_DEVICE_SIM -O2 -g0 -fPIC "${WARN[@]}" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
         fail "devsim/$src.cpp does not compile"
     SIMOBJ+=("$OBJ/$src.o")
 done
-for src in pa_sim_contract pa_sim_layout; do
-    run "$CXX" -std=c++23 -O2 -g0 -fPIC -I "$NPU" -c "$NPU/sim/$src.cpp" -o "$OBJ/$src.o" || fail "sim/$src.cpp does not compile"
+for src in devsim_contract devsim_layout; do
+    run "$CXX" -std=c++23 -O2 -g0 -fPIC "${WARN[@]}" -I "$NPU" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
+        fail "devsim/$src.cpp does not compile"
     SIMOBJ+=("$OBJ/$src.o")
 done
 run "$CXX" -shared -pthread -o "$BUILD/lib/libpa_sim.so.tmp" "${SIMOBJ[@]}" "${objs[@]}" || fail "libpa_sim.so does not link"
