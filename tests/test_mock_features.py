@@ -242,33 +242,46 @@ def test_merging_two_halves_by_their_lse_gives_the_whole(library: str) -> None:
     assert torch.allclose(torch.logsumexp(torch.stack(lses), 0), whole.lse, atol=2e-3)
 
 
-def test_sinks_pointer_missing_is_a_null_pointer_error() -> None:
+LIBRARIES = ["libpa_mock.so", "libpa_sim.so"]
+
+
+def _library(name: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_or_skip(name)))
+    mock_api.declare(lib)
+    return lib
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_sinks_pointer_missing_is_a_null_pointer_error(library: str) -> None:
+    """The contract's refusals of a multi-token feature launch, the same on the mock and on sim."""
     case = {"q_len": 2, "window": -1, "sinks": "fp32", "lse": False, "dtype": "fp16", "group": 4,
             "block_size": 64, "strategy": "auto"}
-    code, err, _, _ = run_mock(build(case, seed=3), sinks_pointer=False)
+    code, err, _, _ = run_mock(build(case, seed=3), sinks_pointer=False, lib=_library(library))
     assert code == abi.ErrorCode.NULL_POINTER and err.arg_slot == abi.ArgSlot.SINKS, err.message
 
 
-def test_lse_buffer_too_small_is_out_of_bounds() -> None:
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_lse_buffer_too_small_is_out_of_bounds(library: str) -> None:
     case = {"q_len": 4, "window": 1, "sinks": None, "lse": True, "dtype": "bf16", "group": 1,
             "block_size": 16, "strategy": "split_kv"}
     b = build(case, seed=4)
     rows = b.query.shape[0] * 4 * b.plan.num_heads
-    code, err, _, _ = run_mock(b, lse_elems=rows - 1)
+    code, err, _, _ = run_mock(b, lse_elems=rows - 1, lib=_library(library))
     assert code == abi.ErrorCode.OUT_OF_BOUNDS and err.arg_slot == abi.ArgSlot.LSE, err.message
 
 
 @pytest.mark.parametrize("word, value", [(abi.TilingWord.Q_LEN, 0), (abi.TilingWord.Q_LEN, abi.MAX_Q_LEN + 1),
                                          (abi.TilingWord.WINDOW_LEFT, 0x80000000), (abi.TilingWord.SINKS_DTYPE, 4),
                                          (abi.TilingWord.LSE, 2)])
-def test_bad_feature_words_are_bad_tiling(word: abi.TilingWord, value: int) -> None:
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_bad_feature_words_are_bad_tiling(word: abi.TilingWord, value: int, library: str) -> None:
     case = {"q_len": 2, "window": 127, "sinks": "bf16", "lse": True, "dtype": "fp16", "group": 4,
             "block_size": 64, "strategy": "auto"}
     b = build(case, seed=6)
     words = b.plan.tiling.copy()
     words[word] = value
     object.__setattr__(b, "plan", type(b.plan)(**{**b.plan.__dict__, "tiling": words}))
-    code, err, _, _ = run_mock(b)
+    code, err, _, _ = run_mock(b, lib=_library(library))
     assert code == abi.ErrorCode.BAD_TILING, err.message
 
 
