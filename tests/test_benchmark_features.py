@@ -24,6 +24,7 @@ from benchmark.device import DeviceInfo
 from benchmark.npu_peers import prepare_ifa
 from benchmark.suite import Suite, SuiteOptions, make_runner
 from benchmark.timing import TimingPolicy
+from tiling import abi
 from workloads import bytes_model, shapes
 from workloads.cases import build_case
 
@@ -43,9 +44,10 @@ def _shape(lens: tuple[int, ...] = (300, 300), **features: Any) -> shapes.BenchS
 
 def test_feature_set_and_ids() -> None:
     ids = [s.shape_id for s in shapes.shape_set("features")]
-    assert ids == ["b8_h32kv8_d128_ctx4k_bs128_fp16_q2", "b8_h32kv8_d128_ctx4k_bs128_fp16_q4",
-                   "b64_h64kv8_d64_ctx4k_bs128_bf16_w127_sinks", "b64_h64kv8_d64_ctx4k_bs128_bf16_q2_w127_sinks_lse"]
-    gpt_oss = shapes.shape_set("features")[2]
+    assert ids == ["b64_h32kv8_d128_ctx2k_bs128_fp16_q2", "b64_h32kv8_d128_ctx2k_bs128_fp16_q4",
+                   "b64_h32kv8_d128_ctx2k_bs128_fp16_q8", "b64_h64kv8_d64_ctx8k_bs128_bf16_w127_sinks",
+                   "b64_h64kv8_d64_ctx32k_bs128_bf16_w127_sinks", "b64_h64kv8_d64_ctx4k_bs128_bf16_q2_w127_sinks_lse"]
+    gpt_oss = shapes.shape_set("features")[3]
     assert (gpt_oss.num_heads, gpt_oss.num_kv_heads, gpt_oss.head_dim, gpt_oss.window_left) == (64, 8, 64, 127)
     assert shapes.uniform_shape(1, 2048).shape_id == "b1_h32kv8_d128_ctx2k_bs128_fp16"  # plain ids unchanged
     assert shapes.window_left_of(128) == 127 and shapes.window_left_of(None) == -1
@@ -62,10 +64,24 @@ def test_feature_flags_are_checked(kwargs: dict[str, int], message: str) -> None
 
 
 def test_case_inputs_for_features_keep_the_plain_tensors() -> None:
-    plain, featured = build_case(_shape()), build_case(_shape(q_len=1, window_left=7, sinks=True, lse=True))
+    plain, featured = build_case(_shape()), build_case(_shape(q_len=1, sinks=True, lse=True))
     assert torch.equal(plain.query, featured.query) and torch.equal(plain.key_cache, featured.key_cache)
     assert featured.sinks is not None and featured.sinks.dtype == torch.bfloat16 and featured.sinks.shape == (8,)
     assert tuple(build_case(_shape(q_len=3)).query.shape) == (2, 3, 8, 64)
+
+
+def test_a_windowed_case_holds_only_the_pages_its_windows_read() -> None:
+    """As an engine frees the pages a window has left: the cache holds each sequence's pages from its first
+    token's window's first page on (plus spares), and the table's earlier entries name a spare page, a valid id
+    (IFA requires one) that no sequence reads."""
+    plain, windowed = build_case(_shape()), build_case(_shape(window_left=7))
+    assert torch.equal(plain.query, windowed.query)
+    first = abi.kv_first_token(300, 1, 7, 16) // 16  # keys 292..299: page 18 of 19
+    assert first == 18
+    read = windowed.block_table[:, first:]
+    assert windowed.key_cache.shape[0] < plain.key_cache.shape[0] and read.unique().numel() == read.numel() == 2
+    early = windowed.block_table[:, :first].unique()
+    assert early.numel() == 1 and int(early) not in read.flatten().tolist()
 
 
 def test_bytes_model_of_a_feature_shape_by_hand() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from tiling.abi import kv_first_token
 from workloads.bytes_model import pages_used
 from workloads.shapes import BenchShape
 
@@ -88,22 +89,34 @@ def build_case(shape: BenchShape, device: str = "cpu") -> BenchCase:
     return BenchCase(shape, device, *tensors, scale=scale_of(shape), sinks=sinks)
 
 
+def _first_page(shape: BenchShape, context: int) -> int:
+    """The first page a sequence's query tokens read: the one holding its first token's window's first key (0
+    without a window).  Pages before it are never read; an engine frees them as the window slides."""
+    return kv_first_token(context, shape.q_len, shape.window_left, shape.block_size) // shape.block_size
+
+
 def _num_blocks(shape: BenchShape) -> int:
-    """The pages the sequences use plus spares, so that the shuffled table spans a larger cache."""
-    total = sum(pages_used(n, shape.block_size) for n in shape.context_lens)
+    """The pages the sequences read plus spares, so that the shuffled table spans a larger cache.  A windowed
+    shape holds only its windows' pages, as an engine does: a 32K-token gpt-oss layer is as cheap to set up as
+    a 128-token one."""
+    total = sum(pages_used(n, shape.block_size) - _first_page(shape, n) for n in shape.context_lens)
     return total + max(1, math.ceil(total * SPARE_PAGE_FRACTION))
 
 
 def _block_table(shape: BenchShape, num_blocks: int, gen: torch.Generator) -> torch.Tensor:
-    """Each sequence's pages a shuffled subset of ``num_blocks``.  Entries past a sequence's last page hold 0, a
-    valid id: IFA requires every entry in [0, num_blocks)."""
+    """Each sequence's pages a shuffled subset of ``num_blocks``.  Entries past a sequence's last page, and those
+    before its first page read (a window's freed pages), hold a spare page's id, a valid one that no sequence
+    reads: IFA requires every entry in [0, num_blocks)."""
     pages = [pages_used(n, shape.block_size) for n in shape.context_lens]
-    order = torch.randperm(num_blocks, generator=gen)[:sum(pages)].to(torch.int32)
-    table = torch.zeros(shape.batch, max(pages), dtype=torch.int32)
+    firsts = [_first_page(shape, n) for n in shape.context_lens]
+    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
+    used = sum(p - f for p, f in zip(pages, firsts, strict=True))
+    spare = int(order[used]) if any(firsts) else 0
+    table = torch.full((shape.batch, max(pages)), spare, dtype=torch.int32)
     start = 0
-    for row, count in enumerate(pages):
-        table[row, :count] = order[start:start + count]
-        start += count
+    for row, (count, first) in enumerate(zip(pages, firsts, strict=True)):
+        table[row, first:count] = order[start:start + count - first]
+        start += count - first
     return table
 
 

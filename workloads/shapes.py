@@ -265,13 +265,14 @@ def ragged_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
 
 
 def feature_shapes(seed: int = DEFAULT_SEED) -> list[BenchShape]:
-    """The decode features: speculative decoding (2 and 4 query tokens per sequence) on the default family, and
-    gpt-oss-20b's sliding-window layer with sinks at batch 64, alone and verifying one draft token with lse
-    returned (a window of 128 keys moves little per sequence: the batch makes it a bandwidth case)."""
+    """The decode features: speculative-decoding steps (2, 4 and 8 query tokens per sequence) on the default family
+    at batch 64 and 2K tokens, and gpt-oss-20b's sliding-window layer with sinks at batch 64 at 8K and 32K tokens,
+    and verifying one draft token with lse returned (a window of 128 keys moves little per sequence: the batch
+    makes it a bandwidth case; the cases hold only the windows' pages, as an engine does)."""
     return [
-        uniform_shape(8, 4096, q_len=2, seed=seed),
-        uniform_shape(8, 4096, q_len=4, seed=seed),
-        gpt_oss_shape(64, 4096, seed=seed),
+        *(uniform_shape(64, 2048, q_len=q_len, seed=seed) for q_len in (2, 4, 8)),
+        gpt_oss_shape(64, 8192, seed=seed),
+        gpt_oss_shape(64, 32768, seed=seed),
         gpt_oss_shape(64, 4096, q_len=2, lse=True, seed=seed),
     ]
 
