@@ -112,8 +112,10 @@ static inline const uint16_t *const *pf_at(const uint16_t *const *pf, int32_t j)
         }                                                                                                     \
     }
 
-static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
-                    float *s, int32_t s_stride, int bf16, const uint16_t *const *pf) {
+/* Unused on a path whose own Q.K replaces it without falling back to it (mock_math_avx2.c). */
+__attribute__((unused)) static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k,
+                                            int64_t k_stride, int32_t ntok, float *s, int32_t s_stride, int bf16,
+                                            const uint16_t *const *pf) {
     if (d % PA_LANES != 0) {
         pa_math_portable.qk(q, rows, d, k, k_stride, ntok, s, s_stride, bf16, pf);
         return;
