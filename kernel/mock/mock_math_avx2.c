@@ -207,9 +207,28 @@ static void avx2_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, 
     }
 }
 
+static void avx2_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
+                    int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+                    const uint16_t *const *vpf);
+
 #define PA_SIMD_QK_ENTRY avx2_qk
+#define PA_SIMD_PV_ENTRY avx2_pv
 #define PA_SIMD_TABLE pa_math_avx2
 #define PA_SIMD_NAME "avx2"
 #include "mock_simd_body.h"
+
+/* The body's P.V with the dtype a constant: with it a run-time argument, GCC kept the widening's test in the
+ * token loop and loaded each bf16 chunk with a load and an insert (a shuffle) instead of one broadcast load. */
+static void avx2_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
+                    int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+                    const uint16_t *const *vpf) {
+    if (d % PA_LANES != 0) {
+        pa_math_portable.pv(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
+    } else if (bf16) {
+        simd_pv_tile(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, 1, vpf);
+    } else {
+        simd_pv_tile(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, 0, vpf);
+    }
+}
 
 #endif /* __x86_64__ */
