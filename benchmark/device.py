@@ -178,7 +178,11 @@ def describe_device(backend: str, *, peak_gb_per_s: float | None = None,
             peak = measure_read_bandwidth_gbs(bandwidth_probe_bytes)
             source = f"measured: C read loop, {cpus} threads, {probe_mib:.0f} MiB, best of {BANDWIDTH_PROBE_REPS}"
         fma = measure_fma_peak_gflops()
-        return DeviceInfo(f"mock:{model}:{cpus}cpu", backend, f"mock NPU on {model}", peak, source,
+        from launcher.backends import MOCK_ISA_ENV
+
+        forced = os.environ.get(MOCK_ISA_ENV)  # a run of one SIMD path says so in its header and JSON
+        path = f", SIMD path {forced} ({MOCK_ISA_ENV})" if forced else ""
+        return DeviceInfo(f"mock:{model}:{cpus}cpu", backend, f"mock NPU on {model}{path}", peak, source,
                           host_cache_bytes(), cpus, fma, f"measured: fp32 FMA loop, {cpus} threads, widest vector "
                                                          f"unit, best of {FMA_PROBE_REPS}")
     if backend == "sim":

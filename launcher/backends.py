@@ -30,6 +30,9 @@ from launcher.library import KernelLibrary, library_path, load_library
 MOCK_CORE_COUNT = 24
 #: Environment variable naming the NPU kernel library (ours or an external ATB-ABI one).
 NPU_LIB_ENV = "PA_KIT_NPU_LIB"
+#: Environment variable naming the mock's SIMD path (a ``launcher.mock_api.Isa`` name, e.g. ``avx2``) for every
+#: ``MockBackend`` built without ``isa=``: how the benchmark runs a path AUTO would not choose on this host.
+MOCK_ISA_ENV = "PA_MOCK_ISA"
 
 Launch = Callable[[], None]
 
@@ -97,17 +100,30 @@ class Backend(ABC):
 _BIND_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
+def mock_isa(name: str) -> int:
+    """The ``PA_MOCK_ISA_*`` value of a SIMD path named as ``launcher.mock_api.Isa`` (case-insensitive); a path
+    this CPU lacks is refused by the launch itself."""
+    from launcher.mock_api import Isa
+
+    if not isinstance(name, str) or name.upper() not in Isa.__members__:
+        raise ValueError(f"the mock's SIMD path ({MOCK_ISA_ENV} or isa=) must be one of "
+                         f"{', '.join(m.lower() for m in Isa.__members__)}, got {name!r}")
+    return int(Isa[name.upper()])
+
+
 class MockBackend(Backend):
     """The C mock device: call ``pa_mock_bind`` (extents, num_blocks, checked, threads), then ``call_kernel``."""
 
     name = "mock"
     device_type = "cpu"
 
-    def __init__(self, library: str | os.PathLike[str] | None = None, *, num_threads: int = 0) -> None:
+    def __init__(self, library: str | os.PathLike[str] | None = None, *, num_threads: int = 0,
+                 isa: str | None = None) -> None:
         super().__init__(library)
         if not isinstance(num_threads, int) or num_threads < 0:
             raise ValueError(f"num_threads must be an int >= 0 (0 = one per CPU), got {num_threads!r}")
         self.num_threads = num_threads
+        self.isa = mock_isa(isa if isa is not None else os.environ.get(MOCK_ISA_ENV, "auto"))
 
     def core_count(self, device: torch.device) -> int:
         return MOCK_CORE_COUNT
@@ -131,6 +147,7 @@ class MockBackend(Backend):
         config.num_blocks = num_blocks
         config.checked = 1 if checked else 0
         config.num_threads = self.num_threads
+        config.isa = self.isa
         # A prototype with a plain pointer argument: ctypes converts it about twice as fast as the declared
         # POINTER(MockConfig) argument, and the bind runs before every launch.
         config_addr = ctypes.c_void_p(ctypes.addressof(config))
@@ -147,7 +164,7 @@ class MockBackend(Backend):
         return launch
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_threads={self.num_threads})"
+        return f"{type(self).__name__}(num_threads={self.num_threads}, isa={self.isa})"
 
 
 class SimBackend(MockBackend):
@@ -297,6 +314,6 @@ def get_backend(backend: str | Backend | None, device: torch.device) -> Backend:
 
 
 __all__ = [
-    "BACKENDS", "MOCK_CORE_COUNT", "NPU_LIB_ENV", "Backend", "MockBackend", "NpuBackend", "SimBackend",
+    "BACKENDS", "MOCK_CORE_COUNT", "MOCK_ISA_ENV", "NPU_LIB_ENV", "Backend", "MockBackend", "NpuBackend", "SimBackend",
     "get_backend", "last_error", "stream_handle",
 ]

@@ -140,6 +140,51 @@ def test_the_native_path_runs_and_the_exact_paths_agree(lib: ctypes.CDLL, rng: n
         assert np.array_equal(native.out, exact[0].out) == (dtype == "fp16"), dtype
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_exact_paths_agree_at_every_row_block(lib: ctypes.CDLL, rng: np.random.Generator, dtype: str) -> None:
+    """1-7 q rows per kv head (the AVX2 Q.K's blocks of 4, 2 and 1 rows and their mixes) and head dims of 1, 2, 4
+    and 8 chunks of 16: every exact path gives the same bits."""
+    for group, dim in [(1, 64), (2, 16), (3, 128), (4, 32), (5, 256), (7, 128)]:
+        case = h.make_case(rng, [130, 41], num_heads=2 * group, num_kv_heads=2, head_dim=dim, block_size=32,
+                           dtype=dtype, value_scale=2.0)
+        runs = [h.launch(lib, case, isa=int(isa)) for isa in mock_api.EXACT_ISAS if lib.pa_mock_isa_available(isa)]
+        assert all(run.code == 0 for run in runs), [run.error.message for run in runs]
+        assert all(np.array_equal(runs[0].out, run.out) for run in runs[1:]), (group, dim)
+
+
+def test_the_backend_forces_a_path_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MockBackend(isa=) and $PA_MOCK_ISA (how the benchmark runs a path AUTO would not choose) reach the launch:
+    a path the CPU lacks is refused by it, and a name that is no path is a ValueError before any launch."""
+    from launcher import paged_attention
+    from launcher.backends import MOCK_ISA_ENV, MockBackend
+    from launcher.errors import KernelContractError
+
+    torch.manual_seed(5)
+    q = torch.randn(2, 4, 64, dtype=torch.float16)
+    k, v = (torch.randn(6, 16, 2, 64, dtype=torch.float16) for _ in range(2))
+    table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    lens = [40, 33]
+    lib = h.load_mock()
+    lacking = next((isa for isa in PATHS if not lib.pa_mock_isa_available(isa)), None)
+    monkeypatch.delenv(MOCK_ISA_ENV, raising=False)
+    auto = paged_attention(q, k, v, table, lens, backend=MockBackend())
+    for isa in mock_api.EXACT_ISAS:
+        if lib.pa_mock_isa_available(isa):
+            monkeypatch.setenv(MOCK_ISA_ENV, isa.name.lower())
+            assert MockBackend().isa == isa
+            assert torch.equal(paged_attention(q, k, v, table, lens, backend=MockBackend()), auto), isa.name
+    if lacking is not None:
+        monkeypatch.setenv(MOCK_ISA_ENV, lacking.name)
+        with pytest.raises(KernelContractError, match="not available on this CPU"):
+            paged_attention(q, k, v, table, lens, backend=MockBackend())
+        monkeypatch.delenv(MOCK_ISA_ENV)
+        with pytest.raises(KernelContractError, match="not available on this CPU"):
+            paged_attention(q, k, v, table, lens, backend=MockBackend(isa=lacking.name.lower()))
+    monkeypatch.setenv(MOCK_ISA_ENV, "sse9")
+    with pytest.raises(ValueError, match=r"must be one of .*got 'sse9'"):
+        MockBackend()
+
+
 @pytest.mark.parametrize("native_isa", NATIVE)
 def test_the_native_path_flushes_bf16_subnormal_inputs(lib: ctypes.CDLL, rng: np.random.Generator,
                                                        native_isa: Isa) -> None:

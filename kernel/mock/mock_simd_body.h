@@ -112,8 +112,10 @@ static inline const uint16_t *const *pf_at(const uint16_t *const *pf, int32_t j)
         }                                                                                                     \
     }
 
-static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k, int64_t k_stride, int32_t ntok,
-                    float *s, int32_t s_stride, int bf16, const uint16_t *const *pf) {
+/* Unused on a path whose own Q.K replaces it without falling back to it (mock_math_avx2.c). */
+__attribute__((unused)) static void simd_qk(const float *q, int32_t rows, int32_t d, const uint16_t *k,
+                                            int64_t k_stride, int32_t ntok, float *s, int32_t s_stride, int bf16,
+                                            const uint16_t *const *pf) {
     if (d % PA_LANES != 0) {
         pa_math_portable.qk(q, rows, d, k, k_stride, ntok, s, s_stride, bf16, pf);
         return;
@@ -212,13 +214,11 @@ PA_INLINE void pv_block(const float *pf, int32_t p_stride, const int nr, const u
     pv_block(pf + (int64_t)r * p_stride, p_stride, NR, v + c * PA_LANES, v_stride, ntok, NC,                  \
              o + (int64_t)r * o_stride + c * PA_LANES, o_stride, accumulate, bf16, (r || c) ? 0 : vpf, d)
 
-static void simd_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
-                    int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
-                    const uint16_t *const *vpf) {
-    if (d % PA_LANES != 0) {
-        pa_math_portable.pv(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
-        return;
-    }
+/* P.V of a head dimension that is a multiple of PA_LANES.  Inline, so that a path can call it with a constant
+ * `bf16` and the widening's dtype test leaves the token loop (mock_math_avx2.c). */
+PA_INLINE void simd_pv_tile(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v, int64_t v_stride,
+                            int32_t ntok, int32_t d, float *o, int32_t o_stride, int accumulate, int bf16,
+                            const uint16_t *const *vpf) {
     const int32_t chunks = d / PA_LANES;
     for (int32_t r = 0; r < rows;) {
         int full_rows = r + PA_PV_ROWS <= rows;
@@ -237,6 +237,17 @@ static void simd_pv(const float *pf, int32_t p_stride, int32_t rows, const uint1
         }
         r += full_rows ? PA_PV_ROWS : 1;
     }
+}
+
+/* Unused on a path whose own P.V replaces it without falling back to it (mock_math_avx2.c). */
+__attribute__((unused)) static void simd_pv(const float *pf, int32_t p_stride, int32_t rows, const uint16_t *v,
+                                            int64_t v_stride, int32_t ntok, int32_t d, float *o, int32_t o_stride,
+                                            int accumulate, int bf16, const uint16_t *const *vpf) {
+    if (d % PA_LANES != 0) {
+        pa_math_portable.pv(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
+        return;
+    }
+    simd_pv_tile(pf, p_stride, rows, v, v_stride, ntok, d, o, o_stride, accumulate, bf16, vpf);
 }
 
 static void simd_rescale(float *go, const float *o_tile, float e, int32_t d, int first) {
