@@ -179,9 +179,9 @@ struct VectorCore {
 
     /* The keys of the piece at task column c0 (wl wide) that the token does not see (VisibleKeys) lose
      * kMaskPenalty in every row of S.  Nothing is issued for a piece the token sees whole: only the pieces holding
-     * a window's left edge or the causal edge of the later query tokens are masked.  The penalty row: the whole
-     * piece, then the seen columns [0, hi) back to 0, then the columns before the window [0, lo) penalised again
-     * (a partial fill covers the first columns of its row). */
+     * a window's left edge or the causal edge of the later query tokens are masked.  The penalty row is built by
+     * fills of its first columns (a partial fill covers the first columns of its row): 0 then [0, lo) for a
+     * window's left edge alone; else the whole piece, then the seen columns [0, hi) back to 0, then [0, lo). */
     AICORE inline bool Mask(const Task &tk, const TokenRows &g, SF &sT, uint32_t c0, uint32_t wl)
     {
         const KeySpan keys = VisibleKeys(t, tk, g.token);
@@ -191,18 +191,21 @@ struct VectorCore {
         const uint32_t hiCols = hi <= 0 ? 0 : hi >= int64_t(wl) ? wl : uint32_t(hi);
         PenRow pen(wl);
         Assign(pen, kUbPen);
-        Fill(pen, kMaskPenalty);
-        if (hiCols > loCols) {
-            PenRow seen(hiCols);
-            Assign(seen, kUbPen);
+        const auto fillFirst = [&](uint32_t cols, float value) { /* columns [0, cols), cols >= 1 */
+            PenRow first(cols);
+            Assign(first, kUbPen);
             VecBarrier(kEdgeBarMaskFill);
-            Fill(seen, 0.0f);
-            if (loCols != 0) {
-                PenRow before(loCols);
-                Assign(before, kUbPen);
-                VecBarrier(kEdgeBarMaskFill);
-                Fill(before, kMaskPenalty);
-            }
+            Fill(first, value);
+        };
+        if (hiCols <= loCols) { /* no key of the piece is seen */
+            Fill(pen, kMaskPenalty);
+        } else if (hiCols == wl) { /* a window's left edge only: [0, lo), lo >= 1 */
+            Fill(pen, 0.0f);
+            fillFirst(loCols, kMaskPenalty);
+        } else { /* the causal edge [hi, wl), and a window's left edge [0, lo) if lo > 0 */
+            Fill(pen, kMaskPenalty);
+            fillFirst(hiCols, 0.0f);
+            if (loCols != 0) fillFirst(loCols, kMaskPenalty);
         }
         VecBarrier(kEdgeBarMask);
         ColExpandSub(sT, sT, pen);
