@@ -305,9 +305,11 @@ def test_missing_flags_corrupt_data_without_the_checker() -> None:
 
 
 @needs_sim
+@pytest.mark.slow  # ~80 s on 2 cores: every data edge dropped over every drop case, in program order
 def test_program_order_hides_missing_flags() -> None:
     """The contrast: with every instruction retired at issue (PA_SIM_IN_FLIGHT=0) most dropped data edges go
-    unseen without the checker; the reordering is what shows them."""
+    unseen without the checker; the reordering is what shows them (an experiment on the emulator, not a guard of
+    the kernel: slow)."""
     shown = run_child("unchecked", env={"PA_SIM_IN_FLIGHT": "0"})
     data = [name for name in shown if _is_data_edge(name)]
     survived = [name for name in data if shown[name] is None]
