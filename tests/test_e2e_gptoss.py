@@ -46,8 +46,8 @@ def _examples() -> Any:
     return import_example("paged_gptoss")
 
 
-def _decoder(model: Any, **options: Any) -> Any:
-    return _examples().PagedGptOssDecoder(model, batch=len(PROMPT_LENS), max_q_len=DRAFT, backend="mock",
+def _decoder(model: Any, backend: str = "mock", **options: Any) -> Any:
+    return _examples().PagedGptOssDecoder(model, batch=len(PROMPT_LENS), max_q_len=DRAFT, backend=backend,
                                           **options)
 
 
@@ -141,10 +141,9 @@ def test_speculative_step_on_the_device_path_matches_one_token_steps() -> None:
     from tests.built_library import library_or_skip
 
     library_or_skip("libpa_sim.so")
-    decoder = pg.PagedGptOssDecoder(pg.build_model(pg.tiny_gptoss_config(), dtype=torch.bfloat16),
-                                    batch=len(PROMPT_LENS), max_q_len=DRAFT, backend="sim")
     prefix = 22
-    verified = pg.verify_logits(decoder, streams, prefix, DRAFT)
+    verified = pg.verify_logits(_decoder(pg.build_model(pg.tiny_gptoss_config(), dtype=torch.bfloat16), backend="sim"),
+                                streams, prefix, DRAFT)
     steps = slice(prefix, prefix + DRAFT)
     error = float((verified - logits[steps]).abs().max())
     assert error <= tolerance, f"speculative step on sim differs from one-token steps by {error:.4g} > {tolerance:.4g}"

@@ -120,6 +120,17 @@ def bits(tensor: torch.Tensor) -> np.ndarray:
         tensor.contiguous().numpy()
 
 
+#: The libraries that execute every decode feature of the covering array: the mock and the NPU kernel's sim.
+LIBRARIES = ["libpa_mock.so", "libpa_sim.so"]
+
+
+def _library(name: str) -> ctypes.CDLL:
+    """``name`` from build/lib (skipped when not built), its C API declared."""
+    lib = ctypes.CDLL(str(library_or_skip(name)))
+    mock_api.declare(lib)
+    return lib
+
+
 def run_mock(b: Built, *, sinks_pointer: bool = True, lse_elems: int | None = None,
              lib: ctypes.CDLL | None = None) -> tuple[int, Any, Any, Any]:
     """call_kernel on the mock (or ``lib``) with NaN-poisoned output, lse and workspace; (code, error, out, lse)."""
@@ -183,8 +194,7 @@ def test_feature_case_on_the_device_path_matches_the_golden(index: int) -> None:
     """The same launches on the NPU kernel's A2/A3 code (``libpa_sim.so``, a fresh seed per launch, named on
     failure), pages before each window NaN with table entries -1: several query tokens, windows, sinks and the lse,
     with and without split-KV, on the chunk path (a KV group's heads x query tokens <= 16) and the head path."""
-    lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
-    mock_api.declare(lib)
+    lib = _library("libpa_sim.so")
     every = abi.Feature.MULTI_TOKEN | abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
     assert lib.pa_supported_features() & every == every
     check_case(index, lib)
@@ -210,13 +220,12 @@ def test_pages_outside_the_window_are_never_read() -> None:
     assert expected < whole / 3
 
 
-@pytest.mark.parametrize("library", ["libpa_mock.so", "libpa_sim.so"])
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_merging_two_halves_by_their_lse_gives_the_whole(library: str) -> None:
     """Attention over a context equals the lse-weighted merge of attention over its two halves (q_len 1, no
     sink): the lse is the natural-log logsumexp a context-parallel merge needs; on the mock and on the NPU
     kernel's A2/A3 code (sim)."""
-    lib = ctypes.CDLL(str(library_or_skip(library)))
-    mock_api.declare(lib)
+    lib = _library(library)
     gen = torch.Generator().manual_seed(11)
     bs, hq, hkv, d, n = 16, 8, 2, 64, 320
     pages = n // bs
@@ -240,15 +249,6 @@ def test_merging_two_halves_by_their_lse_gives_the_whole(library: str) -> None:
     whole = reference(query, key_cache, value_cache, torch.arange(pages, dtype=torch.int32)[None], [n], d**-0.5)
     assert compare(merged, whole).passed
     assert torch.allclose(torch.logsumexp(torch.stack(lses), 0), whole.lse, atol=2e-3)
-
-
-LIBRARIES = ["libpa_mock.so", "libpa_sim.so"]
-
-
-def _library(name: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library_or_skip(name)))
-    mock_api.declare(lib)
-    return lib
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -304,7 +304,6 @@ def test_a_wrong_window_or_a_missing_sink_in_the_golden_is_caught() -> None:
 def test_the_device_path_sim_reports_every_decode_feature_but_mla() -> None:
     """The NPU kernel executes several query tokens, windows, sinks and the lse, not MLA yet: its sim says so
     through pa_supported_features() (the launcher's refusal of MLA on sim: tests/test_mla_api.py)."""
-    lib = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
-    mock_api.declare(lib)
+    lib = _library("libpa_sim.so")
     every = abi.Feature.MULTI_TOKEN | abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
     assert lib.pa_supported_features() == every

@@ -45,9 +45,6 @@ constexpr uint32_t VecMaxRows()
     return most;
 }
 constexpr uint32_t kVecMaxRows = VecMaxRows();
-/* A2/A3's row-expand ops use a fixed UB temporary from here on (pto-isa TMP_UB_OFFSET): the plan ends before it. */
-constexpr uint32_t kUbTempStart = 184 * 1024;
-
 /* The rows of one query token on a sub-core: token `token`, q heads [head, head + r) (absolute). */
 struct TokenRows {
     uint32_t token, head, r;
@@ -76,10 +73,7 @@ struct VectorCore {
     using SinkRowH = Tile<TileType::Vec, half, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
     using SinkRowB = Tile<TileType::Vec, bfloat16_t, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
 
-    /* Bytes of one row of S (fp32), of P in the input dtype, and of O (fp32): a token's rows start that many
-     * bytes in per row, for the DMAs that gather and scatter them (ForEachScratchRows). */
-    static constexpr uint32_t kSRowBytes = SF::Cols * sizeof(float);
-    static constexpr uint32_t kPRowBytes = PT::Cols * sizeof(T);
+    /* Bytes of one row of O (fp32): each token's rows of the O accumulator start that many bytes in per row. */
     static constexpr uint32_t kORowBytes = OF::Cols * sizeof(float);
 
     /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O of every token's rows | O cast | penalty row |
@@ -115,7 +109,9 @@ struct VectorCore {
     };
     static constexpr uint32_t kUbTemps = kUbTokenCols + kTokenSlots * PA_MAX_Q_LEN * kColBytes;
     static constexpr uint32_t kUbLseBlocks = kUbTemps + kTempSlots * kColBytes;
-    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= kUbTempStart, "UB plan overflows");
+    /* A2/A3's row-expand ops use a fixed UB temporary from TMP_UB_OFFSET on (pa_platform.hpp, Assign): the plan
+     * ends before it. */
+    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= TMP_UB_OFFSET, "UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
@@ -155,6 +151,28 @@ struct VectorCore {
         return oA;
     }
 
+    /* A token's rows of a scratch stage (element base `base`, rows `pitch` apart, `cols` from each) into the UB
+     * tile of type TileT at ub, its rows in the token's head order: one load per KV-head run they cross
+     * (ForEachScratchRows).  A row of TileT starts TileT::Cols elements after the previous one. */
+    template <typename TileT, typename E>
+    AICORE inline void GatherRows(const Task &tk, const TokenRows &g, Gm<E> gm, uint64_t base, uint32_t pitch,
+                                  uint32_t cols, uint32_t ub)
+    {
+        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ubRow, uint32_t row, uint32_t rows) {
+            TileT part(rows, cols);
+            Assign(part, ub + ubRow * uint32_t(TileT::Cols * sizeof(E)));
+            LoadNd(part, gm, base + uint64_t(row) * pitch, rows, cols, pitch, kTrafficScratch);
+        });
+    }
+
+    /* MTE3: a token's output rows (oO, in the input dtype) and, with the lse, its lse row. */
+    AICORE inline void StoreOutput(const Task &tk, const TokenRows &g, OT &oO, Row &lseRow)
+    {
+        const uint32_t d = t.headDim;
+        StoreNd(o, tk.addrO + QueryRow(g) * d, g.r, d, d, oO, kTrafficOther);
+        if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, QueryRow(g)), 1, g.r, g.r, lseRow, kTrafficOther);
+    }
+
     /* Row index of query token `token`, head `head` in q, o, o_core and the lse: t * Hq + h. */
     AICORE inline uint64_t QueryRow(const TokenRows &g) const { return uint64_t(g.token) * t.numHeads + g.head; }
 
@@ -167,11 +185,7 @@ struct VectorCore {
         SF sT(g.r, wl);
         Assign(sT, kUbS);
         WaitFlag(kSUbFree);
-        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
-            SF part(rows, wl);
-            Assign(part, kUbS + ub * kSRowBytes);
-            LoadNd(part, s, sBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, kTrafficScratch);
-        });
+        GatherRows<SF>(tk, g, s, sBase + w0, t.handoff, wl, kUbS);
         Handoff(kSLoaded);
         MulS(sT, sT, t.scale);
         return Mask(tk, g, sT, unitCol + w0, wl);
@@ -294,7 +308,7 @@ struct VectorCore {
             Handoff(kPCast);
             ForEachScratchRows(t, tk, g.token, g.head, r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
                 PT part(rows, wl);
-                Assign(part, kUbPt + ub * kPRowBytes);
+                Assign(part, kUbPt + ub * uint32_t(PT::Cols * sizeof(T)));
                 StoreNd(p, pBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, part, kTrafficScratch);
             });
             SetFlag(kPUbFree);
@@ -330,11 +344,7 @@ struct VectorCore {
         Row llRow = RowAt(TokenSlot(kColLl0 + stage), g);
         Col dm = ColAt(TokenSlot(kColDm0 + stage), g);
         WaitFlag(kOtmpUbFree);
-        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
-            OF part(rows, d);
-            Assign(part, kUbOtmp + ub * kORowBytes);
-            LoadNd(part, otmp, ScratchO(core, stage) + uint64_t(row) * d, rows, d, d, kTrafficScratch);
-        });
+        GatherRows<OF>(tk, g, otmp, ScratchO(core, stage), d, d, kUbOtmp);
         Handoff(kOtmpLoaded);
         VecBarrier(kEdgeBarUpdate);
         if (u == 0) {
@@ -383,8 +393,7 @@ struct VectorCore {
                 Add(lseRow, lseRow, gmRow);
             }
             Handoff(kOutReady);
-            StoreNd(o, tk.addrO + QueryRow(g) * d, r, d, d, oO, kTrafficOther);
-            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, QueryRow(g)), 1, r, r, lseRow, kTrafficOther);
+            StoreOutput(tk, g, oO, lseRow);
             SetFlag(kOutUbFree);
             return;
         }
@@ -450,8 +459,7 @@ struct VectorCore {
             Fill(oO, T(0.0f));
             if (t.lse) Fill(lseRow, -__builtin_inff()); /* no key: the lse of an empty row is -inf */
             Handoff(kOutReady);
-            StoreNd(o, tk.addrO + QueryRow(g) * d, r, d, d, oO, kTrafficOther);
-            if (t.lse) StoreNd(lseGm, LseIndex(t, tk.slot, QueryRow(g)), 1, r, r, lseRow, kTrafficOther);
+            StoreOutput(tk, g, oO, lseRow);
             SetFlag(kOutUbFree);
         }
     }
