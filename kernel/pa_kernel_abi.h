@@ -1,5 +1,5 @@
 /*
- * pa-kit kernel ABI, version 4: the single source of truth for how the host talks to a paged-attention
+ * pa-kit kernel ABI, version 5: the single source of truth for how the host talks to a paged-attention
  * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
  * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
  *
@@ -20,6 +20,11 @@
  * the query's rope part; 21, ATB's v16: the rope cache).  With word 48 at 0 a launch is exactly v3's.  Under
  * MLA, D is the latent width (the K and V caches are the one latent cache: PA_ARG_V must equal PA_ARG_K),
  * Hkv is 1, and a score is tor * (q . latent_j + q_rope . rope_j); see "MLA" below.
+ *
+ * ABI v5 gives MLA the device's task shape: one header word after v4's (49, PA_TW_MLA_RESCALE, so
+ * PA_TILING_HEADER_WORDS is 50) chooses how the output accumulator is rescaled, and an MLA task holds every q head
+ * of its token range (up to PA_MLA_MAX_TASK_ROWS rows) with a hand-off of PA_MLA_HANDOFF_TOKENS, so a sequence's
+ * latent is read once per split.  Launches without MLA are exactly v4's (word 49 is 0).
  *
  * Every pointer is a byte address of global memory; the kernel casts it to the element type named below
  * before adding any tiling offset, so all tiling offsets are ELEMENT offsets of that type.  Pointer slots
@@ -42,7 +47,7 @@
 
 #include <stdint.h>
 
-#define PA_ABI_VERSION 4
+#define PA_ABI_VERSION 5
 
 /* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
 #define PA_ARG_Q 0             /* [IN]  query  [B, q_len, Hq, D]                                      */
@@ -133,7 +138,9 @@
 #define PA_TW_SINKS_DTYPE 46        /* v3: PA_SINKS_*: the element type of PA_ARG_SINKS, or none          */
 #define PA_TW_LSE 47                /* v3: 1 = write each row's natural-log lse (sink included) to PA_ARG_LSE */
 #define PA_TW_ROPE_DIM 48           /* v4: R, the rope width of an MLA launch (PA_MLA_ROPE_DIM); 0 = not MLA */
-#define PA_TILING_HEADER_WORDS 49
+#define PA_TW_MLA_RESCALE 49        /* v5: PA_MLA_RESCALE_*, how an MLA launch rescales its output accumulator;
+                                       0 without MLA                                                    */
+#define PA_TILING_HEADER_WORDS 50
 
 #define PA_SINKS_NONE 0
 #define PA_SINKS_FP32 1
@@ -142,7 +149,7 @@
 #define PA_WINDOW_NONE 0xFFFFFFFF
 #define PA_MAX_Q_LEN 16
 /* rows of one task (q heads x query tokens) the scratch holds: o_tmp's half at D = 256 (PA_O_TMP_HALF_ELEMS
- * / 256; at MLA's D = 512, 64); the planner takes fewer heads per task when q_len > 1 (heads <= rows / q_len) */
+ * / 256; MLA has its own, PA_MLA_MAX_TASK_ROWS); the planner takes fewer heads per task when q_len > 1 (heads <= rows / q_len) */
 #define PA_MAX_TASK_ROWS 128
 
 /* pa_supported_features() bits: what a library executes beyond v2 */
@@ -159,12 +166,25 @@
  * rope cache [num_blocks, block_size, 1, R].  score(h, j) = tor * (q[h] . latent[j] + q_rope[h] . rope[j]);
  * o[h] = softmax(score) . latent (D wide, the caller applies W_UV).  The shape rules: D = PA_MLA_LATENT_DIM,
  * R = PA_MLA_ROPE_DIM, Hkv = 1, 1 <= Hq <= PA_MLA_MAX_HEADS (PA_MAX_GROUP does not apply).  Every other rule
- * (q_len, causality, window, sinks, lse, splits, the layout) is the one of the other launches, with D = 512:
- * a task then holds at most PA_O_TMP_HALF_ELEMS / D = 64 rows, and the tile rule sizes tiles by D.  The rope
- * part adds R columns to the Q.K^T of a tile; P.V reads the latent as V. */
+ * (q_len, causality, window, sinks, lse, splits, the layout) is the one of the other launches, with D = 512,
+ * except the task's rows and hand-off (v5, below); the tile rule sizes tiles by D.  The rope part adds R columns to
+ * the Q.K^T of a tile; P.V reads the latent as V. */
 #define PA_MLA_LATENT_DIM 512
 #define PA_MLA_ROPE_DIM 64
 #define PA_MLA_MAX_HEADS 128
+/* v5, the MLA task: every q head of a (sequence, split) in one task, so the latent is read once per split; a task
+ * holds at most PA_MLA_MAX_TASK_ROWS rows (q heads x q_len: the NPU kernel accumulates a task's output in fp32 in
+ * its core's whole o_tmp stride, PA_O_TMP_CORE_STRIDE_ELEMS / D rows), fewer heads per task when q_len is larger;
+ * PA_HEAD_SPLIT_LIMIT does not apply.  The hand-off is PA_MLA_HANDOFF_TOKENS (word 42; S and P stages hold rows x
+ * that many), the tokens of latent the NPU kernel keeps on chip for both products, two hand-offs at a time.
+ * PA_TW_MLA_RESCALE: PA_MLA_RESCALE_POW2 keeps every running maximum on the grid of multiples of ln 2, so each
+ * rescale factor is a power of two, applied as an integer add to the fp32 exponent of the accumulator (AMLA);
+ * PA_MLA_RESCALE_PLAIN keeps the exact maximum and multiplies.  The mock computes both the same way (its result
+ * does not depend on the rescale). */
+#define PA_MLA_MAX_TASK_ROWS 128
+#define PA_MLA_HANDOFF_TOKENS 128
+#define PA_MLA_RESCALE_POW2 0
+#define PA_MLA_RESCALE_PLAIN 1
 
 /* ---- per-sequence slot s: words [PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * s, +17) ------------- */
 #define PA_BF_Q_SEQLEN 0        /* q_len (PA_TW_Q_LEN) for a non-empty slot, 0 for an empty one          */
