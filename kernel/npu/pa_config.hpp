@@ -15,9 +15,10 @@
 namespace pa {
 
 /* ---- what the kernel executes ----------------------------------------------------------------------------
- * The ABI v3 decode features (PA_FEATURE_* bits, what every host of this kernel reports through
- * pa_supported_features()): several query tokens, a sliding window, sinks, the lse.  MLA is refused. */
-#define PA_NPU_KERNEL_FEATURES (PA_FEATURE_MULTI_TOKEN | PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE)
+ * The decode features (PA_FEATURE_* bits, what every host of this kernel reports through pa_supported_features()):
+ * several query tokens, a sliding window, sinks, the lse, and absorbed MLA (pa_cube_mla.hpp, pa_vector_mla.hpp). */
+#define PA_NPU_KERNEL_FEATURES \
+    (PA_FEATURE_MULTI_TOKEN | PA_FEATURE_WINDOW | PA_FEATURE_SINKS | PA_FEATURE_LSE | PA_FEATURE_MLA)
 
 /* ---- task and hand-off geometry --------------------------------------------------------------------- */
 /* q heads per task: the ABI's head-split cap; a task's heads of one KV group form the matmul M dimension. */
@@ -47,6 +48,21 @@ constexpr int SubTokens(int dcap) { return kSubTileElems / dcap; }
 constexpr int kDCapSmall = 64;
 constexpr int kDCapMedium = 128;
 constexpr int kDCapLarge = PA_MAX_HEAD_DIM;
+
+/* ---- MLA (ABI v5): one latent head, every q head of a token range in one task ------------------------------
+ * The latent tile of a hand-off (PA_MLA_HANDOFF_TOKENS tokens x (512 + 64) columns, 144 KiB) stays in L1 from its
+ * Q.K^T to its P.V, so each latent byte is loaded from GM once per split for every head; two such tiles (the unit
+ * the vectors work on and the next) plus Q (128 rows x 576) and P fill L1.  The output accumulates in fp32 in GM,
+ * the core's whole o_tmp stride (PA_MLA_MAX_TASK_ROWS rows x 512). */
+constexpr int kMlaD = PA_MLA_LATENT_DIM;
+constexpr int kMlaRope = PA_MLA_ROPE_DIM;
+constexpr int kMlaK = kMlaD + kMlaRope;      /* Q.K^T's inner length                                           */
+constexpr int kMlaRows = PA_MLA_MAX_TASK_ROWS; /* matmul M: every row of a task                               */
+constexpr int kMlaTok = PA_MLA_HANDOFF_TOKENS; /* tokens of a unit: the latent tile's columns                 */
+constexpr int kMlaKChunk = 64;                 /* Q.K^T's inner length per matmul (L0A/L0B double buffers)     */
+constexpr int kMlaVCols = 128;                 /* P.V's output columns per matmul (one L0C accumulator)       */
+static_assert(kMlaRows * kMlaD <= PA_O_TMP_CORE_STRIDE_ELEMS, "an MLA task's output fits its core's o_tmp");
+static_assert(kMlaD % kMlaKChunk == 0 && kMlaRope == kMlaKChunk && kMlaD % kMlaVCols == 0, "MLA matmul chunks");
 
 /* ---- on-chip buffer sizes (A2/A3, bytes) ---------------------------------------------------------------- */
 constexpr uint32_t kUbBytes = 192 * 1024;

@@ -5,13 +5,15 @@
  * ..., with the next task's QK(0) before the current task's last PV, so while the vectors turn S(u) into P(u)
  * the cube already computes S(u+1), across task boundaries too; it waits on the vectors only when it needs P(u).  The data path of a unit is chosen once per launch by the rows of a KV group (its q heads x the
  * query tokens): at most 16 take the chunk path (pa_cube_chunk.hpp: several KV heads per load, long bursts), larger groups
- * the head path (pa_cube_head.hpp: one KV head per load).  Both use the same buffers' flags (pa_sync.hpp).
+ * the head path (pa_cube_head.hpp: one KV head per load); MLA has its own (pa_cube_mla.hpp: the latent kept on chip
+ * from Q.K^T to P.V).  Both use the same buffers' flags (pa_sync.hpp).
  */
 #ifndef PA_CUBE_HPP
 #define PA_CUBE_HPP
 
 #include "pa_cube_chunk.hpp"
 #include "pa_cube_head.hpp"
+#include "pa_cube_mla.hpp"
 
 namespace pa {
 
@@ -27,6 +29,7 @@ struct CubeCore {
         fn(kQLeftFree);
         fn(kPL1Free);
         fn(kOAccFree);
+        fn(kPLeftFree);
         for (uint32_t b = 0; b < 2; ++b) {
             fn(KvL1Free(b));
             fn(L0Free(b));
@@ -91,7 +94,9 @@ struct CubeCore {
     AICORE inline void Run(uint32_t blockNum)
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
-        if (st.t.group * st.t.qLen <= uint32_t(kSlotRows)) { /* a run's heads x query tokens in one slot */
+        if constexpr (DCap == kMlaD) {
+            RunTasks<MlaPath<T>>(blockNum); /* the MLA instantiation (pa_kernel.cpp) */
+        } else if (st.t.group * st.t.qLen <= uint32_t(kSlotRows)) { /* a run's heads x query tokens in one slot */
             RunTasks<ChunkPath<T, DCap>>(blockNum);
         } else {
             RunTasks<HeadPath<T, DCap>>(blockNum);

@@ -103,6 +103,7 @@ struct CubeState {
     uint32_t core;
     Gm<T> q, k, v, p;
     Gm<int32_t> bt;
+    Gm<T> qRope, kRope; /* MLA's rope parts (PA_ARG_Q_ROPE, PA_ARG_K_ROPE); NULL otherwise */
     Gm<float> s, otmp;
     uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
     uint32_t l1Toggle = 0;    /* alternates the two K/V L1 buffers (per piece)                            */
@@ -186,17 +187,24 @@ struct CubeState {
     /* Rows [s0, s0 + n) of a run's matmul rows (TaskRun: row i * 1 + token * heads is token `token` of head
      * head0 + i) from q into the L1 tile of type QMat at l1Q, row s0 at its row 0: one load per query token, each
      * the token's consecutive heads in GM.  In the NZ layout a view n rows down starts n fractal rows (32 bytes
-     * each) in and keeps the tile's column-block stride. */
+     * each) in and keeps the tile's column-block stride.  `src` holds rows of `cols` elements whose slot starts at
+     * element `slotBase`: q (t.headDim wide, tk.addrQ) or MLA's q_rope. */
     template <typename QMat>
     AICORE inline void LoadQRows(const Task &tk, const TaskRun &run, uint32_t s0, uint32_t n, uint32_t l1Q)
     {
-        const uint32_t d = t.headDim;
+        LoadRowsOf<QMat>(run, s0, n, l1Q, q, t.headDim, tk.addrQ);
+    }
+    template <typename QMat>
+    AICORE inline void LoadRowsOf(const TaskRun &run, uint32_t s0, uint32_t n, uint32_t l1Q, Gm<T> src, uint32_t cols,
+                                  uint64_t slotBase)
+    {
         for (uint32_t r = s0; r < s0 + n;) {
             const uint32_t token = r / run.heads, i = r % run.heads;
             const uint32_t rows = run.heads - i < s0 + n - r ? run.heads - i : s0 + n - r;
-            QMat view(rows, d);
+            QMat view(rows, cols);
             Assign(view, l1Q + (r - s0) * kNzRowBytes);
-            LoadNd(view, q, tk.addrQ + (uint64_t(token) * t.numHeads + run.head0 + i) * d, rows, d, d, kTrafficOther);
+            LoadNd(view, src, slotBase + (uint64_t(token) * t.numHeads + run.head0 + i) * cols, rows, cols, cols,
+                   kTrafficOther);
             r += rows;
         }
     }

@@ -11,7 +11,7 @@
  * A2/A3 cost model by clang++ (check_a2a3.sh) and against the A2/A3 intrinsic emulator (emu/build_emu.sh: sim).
  */
 #include "pa_cube.hpp"
-#include "pa_vector.hpp"
+#include "pa_vector_mla.hpp"
 
 namespace pa {
 
@@ -33,6 +33,8 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, 
                              BindGm<T>(a.ptr[PA_ARG_V], PA_ARG_V),
                              BindGm<T>(a.ptr[PA_ARG_P], PA_ARG_P),
                              BindGm<int32_t>(a.ptr[PA_ARG_BLOCK_TABLES], PA_ARG_BLOCK_TABLES),
+                             BindGm<T>(a.ptr[PA_ARG_Q_ROPE], PA_ARG_Q_ROPE),
+                             BindGm<T>(a.ptr[PA_ARG_K_ROPE], PA_ARG_K_ROPE),
                              BindGm<float>(a.ptr[PA_ARG_S], PA_ARG_S),
                              BindGm<float>(a.ptr[PA_ARG_O_TMP], PA_ARG_O_TMP)}};
         c.Run(blockNum);
@@ -48,14 +50,21 @@ AICORE inline void RunCore(const KernelArgs &a, const Tiling &t, uint32_t core, 
                               BindGm<float>(a.ptr[PA_ARG_L], PA_ARG_L),
                               BindGm<float>(a.ptr[PA_ARG_LSE], PA_ARG_LSE),
                               a.ptr[PA_ARG_SINKS]};
-        v.Run(blockNum);
+        if constexpr (DCap == kMlaD) {
+            MlaVectorCore<T> mla{v};
+            mla.Run(blockNum);
+        } else {
+            v.Run(blockNum);
+        }
     }
 }
 
 template <typename T, bool kCube>
 AICORE inline void RunDtype(const KernelArgs &a, const Tiling &t, uint32_t core, uint32_t blockNum, uint32_t sub)
 {
-    if (t.headDim <= uint32_t(kDCapSmall)) {
+    if (t.ropeDim != 0) {
+        RunCore<T, kMlaD, kCube>(a, t, core, blockNum, sub);
+    } else if (t.headDim <= uint32_t(kDCapSmall)) {
         RunCore<T, kDCapSmall, kCube>(a, t, core, blockNum, sub);
     } else if (t.headDim <= uint32_t(kDCapMedium)) {
         RunCore<T, kDCapMedium, kCube>(a, t, core, blockNum, sub);
@@ -71,9 +80,15 @@ AICORE inline bool KeyKnown(uint32_t key)
     return (key & ~known) == 0;
 }
 
-/* Launches this kernel executes: up to PA_MAX_Q_LEN query tokens, no MLA (PA_NPU_KERNEL_FEATURES; the hosts refuse
- * the rest first). */
-AICORE inline bool FeaturesKnown(const Tiling &t) { return t.qLen >= 1 && t.qLen <= PA_MAX_Q_LEN && t.ropeDim == 0; }
+/* Launches this kernel executes: up to PA_MAX_Q_LEN query tokens; MLA of the ABI's shape with its task (the
+ * hosts refuse the rest first). */
+AICORE inline bool FeaturesKnown(const Tiling &t)
+{
+    const bool mla = t.ropeDim == uint32_t(kMlaRope) && t.headDim == uint32_t(kMlaD) && t.kvHeads == 1 &&
+                     t.handoff == uint32_t(kMlaTok) && t.formerHead * t.qLen <= uint32_t(kMlaRows) &&
+                     t.tailHead * t.qLen <= uint32_t(kMlaRows) && t.mlaRescale <= PA_MLA_RESCALE_PLAIN;
+    return t.qLen >= 1 && t.qLen <= PA_MAX_Q_LEN && (t.ropeDim == 0 || mla);
+}
 
 template <bool kCube>
 AICORE inline void Dispatch(const KernelArgs &a, uint32_t core, uint32_t blockNum, uint32_t sub)

@@ -79,6 +79,16 @@ AICORE inline void StoreNd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, 
     TSTORE(view, tile);
 }
 
+/* TSTORE as StoreNd, added into GM's contents (pto-isa sets the store-atomic mode of GM's element type around the
+ * store and clears it after): the cube's P.V into an MLA task's output accumulator, the exponent shifts of AMLA's
+ * rescale (int32) into the same accumulator's bits. */
+template <typename TileT, typename E>
+AICORE inline void StoreNdAdd(Gm<E> g, uint64_t off, uint32_t rows, uint32_t cols, uint64_t pitch, TileT &tile,
+                              int traffic)
+{
+    GmNd<E> view(g.ptr + off, typename GmNd<E>::Shape(rows, cols), typename GmNd<E>::Stride(pitch, 1));
+    TSTORE<TileT, GmNd<E>, AtomicType::AtomicAdd>(view, tile);
+}
 /* One scalar read of GM (tiling words, block-table entries): the scalar pipe. */
 template <typename E>
 AICORE inline E ReadScalar(Gm<E> g, uint64_t index)

@@ -21,7 +21,7 @@
 typedef struct pa_sim_stats {
     uint64_t gm_read_bytes;        /* every GM -> on-chip transfer (loads and scalar reads), all cores          */
     uint64_t gm_write_bytes;       /* every on-chip -> GM transfer                                              */
-    uint64_t kv_read_bytes;        /* the K/V cache share of gm_read_bytes                                      */
+    uint64_t kv_read_bytes;        /* the K/V cache share of gm_read_bytes (MLA: the latent and rope caches)    */
     uint64_t scratch_bytes;        /* s/p/o_tmp traffic (both directions): the price of the cube<->vector split */
     uint64_t partial_bytes;        /* o_core/l traffic (both directions): the price of split-KV                 */
     uint64_t handoffs;             /* cube<->vector flag signals (one per direction and hand-off unit)          */

@@ -44,6 +44,8 @@ enum Edge : int {
     kEdgePL1Free,       /* MTE1 -> MTE2  ev 3: the last P sub-tile was extracted to L0A                     */
     kEdgeOAccReady,     /* M -> FIX      ev 2: P.V of a group is complete in L0C                            */
     kEdgeOAccFree,      /* FIX -> M      ev 2: O_tmp reached GM, the accumulator may restart                */
+    kEdgePLoaded,       /* MTE2 -> MTE1  ev 3: MLA: P of a unit is in L1 (its latent was loaded a unit before)   */
+    kEdgePLeftFree,     /* M -> MTE1     ev 3: MLA: the unit's last P.V read L0A's P, the next P may move in    */
     /* ---- cross-core (FFTS) ---- */
     kEdgeQkReady0,      /* cube FIX -> vectors: S of a stage-0 unit is in GM                                */
     kEdgeQkReady1,
@@ -61,6 +63,8 @@ enum Edge : int {
     kEdgeOtmpUbFree,    /* V -> MTE2     ev 1: the update read O_tmp's UB buffer                            */
     kEdgeOutReady,      /* V -> MTE3     ev 1: the output rows (or partial and lse) are in UB               */
     kEdgeOutUbFree,     /* MTE3 -> V     ev 1: the output reached GM, the accumulator may restart           */
+    kEdgeAccUbFree,     /* MTE3 -> MTE2  ev 0: MLA: a round trip of accumulator rows through UB was stored, the
+                                              next may load into its buffer                                    */
     kEdgeBarScaled,     /* V barrier: S * scale -> row max                                                  */
     kEdgeBarRowMax,     /* V barrier: row max -> running max                                                */
     kEdgeBarNewMax,     /* V barrier: new max -> m_old - m_new                                              */
@@ -81,6 +85,7 @@ enum Edge : int {
     kEdgeBarLseSum,     /* V barrier: ln l + m -> spread into one block per row for the strided store       */
     kEdgeBarMask,       /* V barrier: S * scale and the mask's penalty row -> S - penalty                   */
     kEdgeBarMaskFill,   /* V barrier: one fill of the penalty row -> the next fill over its first columns    */
+    kEdgeBarGrid,       /* V barrier: MLA's power-of-two max, each step of its grid rounding -> the next         */
     kEdgeSinkLoaded,    /* MTE2 -> V     ev 4: the sinks of a task's rows are in UB                         */
     kEdgeSinkUbFree,    /* V -> MTE2     ev 4: the sinks' UB buffers were read                              */
     kEdgeBarSinkWiden,  /* V barrier: 16-bit sinks -> fp32 -> sink - m                                      */
@@ -129,6 +134,8 @@ constexpr Flag<kPipeM, kPipeMte1> kQLeftFree{2, kEdgeQLeftFree};
 constexpr Flag<kPipeMte1, kPipeMte2> kPL1Free{3, kEdgePL1Free};
 constexpr Flag<kPipeM, kPipeFix> kOAccReady{2, kEdgeOAccReady};
 constexpr Flag<kPipeFix, kPipeM> kOAccFree{2, kEdgeOAccFree};
+constexpr Flag<kPipeMte2, kPipeMte1> kPLoaded{3, kEdgePLoaded};
+constexpr Flag<kPipeM, kPipeMte1> kPLeftFree{3, kEdgePLeftFree};
 
 constexpr Flag<kPipeMte2, kPipeV> kSLoaded{0, kEdgeSLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kSUbFree{0, kEdgeSUbFree};
@@ -138,6 +145,7 @@ constexpr Flag<kPipeMte2, kPipeV> kOtmpLoaded{1, kEdgeOtmpLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kOtmpUbFree{1, kEdgeOtmpUbFree};
 constexpr Flag<kPipeV, kPipeMte3> kOutReady{1, kEdgeOutReady};
 constexpr Flag<kPipeMte3, kPipeV> kOutUbFree{1, kEdgeOutUbFree};
+constexpr Flag<kPipeMte3, kPipeMte2> kAccUbFree{0, kEdgeAccUbFree};
 constexpr Flag<kPipeMte2, kPipeV> kSinkLoaded{4, kEdgeSinkLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kSinkUbFree{4, kEdgeSinkUbFree};
 

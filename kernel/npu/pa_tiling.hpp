@@ -23,6 +23,7 @@ struct Tiling {
     float scale;
     /* ABI v3 decode features this kernel executes (one query token): a sliding window, sinks, the lse. */
     uint32_t qLen, windowLeft, sinksDtype, ropeDim;
+    uint32_t mlaRescale; /* ABI v5: PA_MLA_RESCALE_*, how an MLA task's output accumulator is rescaled */
     bool lse;
 
     AICORE inline uint32_t Word(uint32_t i) const { return ReadScalar(words, i); }
@@ -68,6 +69,7 @@ AICORE inline Tiling ReadTiling(__gm__ uint8_t *raw)
     t.sinksDtype = t.Word(PA_TW_SINKS_DTYPE);
     t.lse = t.Word(PA_TW_LSE) != 0;
     t.ropeDim = t.Word(PA_TW_ROPE_DIM);
+    t.mlaRescale = t.Word(PA_TW_MLA_RESCALE);
     return t;
 }
 

@@ -22,6 +22,7 @@
 #ifndef PA_VECTOR_HPP
 #define PA_VECTOR_HPP
 
+#include "pa_amla.hpp"
 #include "pa_combine.hpp"
 
 namespace pa {
@@ -45,9 +46,12 @@ constexpr uint32_t VecMaxRows()
     return most;
 }
 constexpr uint32_t kVecMaxRows = VecMaxRows();
-/* The rows of one query token on a sub-core: token `token`, q heads [head, head + r) (absolute). */
+/* A group of rows of one query token on a sub-core: token `token`, q heads [head, head + r) (absolute), at most
+ * kVecRows of them.  `group` numbers the sub-core's groups of a task (< PA_MAX_Q_LEN): it picks the group's per-row
+ * vectors.  A GQA task has one group per token (a sub-core holds at most kVecRows heads); an MLA task, whose
+ * sub-core may hold 64 heads, splits a token's heads into groups of kVecRows. */
 struct TokenRows {
-    uint32_t token, head, r;
+    uint32_t token, head, r, group;
 };
 
 template <typename T, int DCap>
@@ -76,6 +80,10 @@ struct VectorCore {
     /* Bytes of one row of O (fp32): each token's rows of the O accumulator start that many bytes in per row. */
     static constexpr uint32_t kORowBytes = OF::Cols * sizeof(float);
 
+    /* Rows of the O accumulator in UB: every row of a task (kVecMaxRows), except under MLA, whose output accumulates
+     * in GM (pa_vector_mla.hpp). */
+    static constexpr uint32_t kAccRows = DCap == kMlaD ? 0 : kVecMaxRows;
+
     /* UB layout (bytes): S | P fp32 | P in dtype | O_tmp | O of every token's rows | O cast | penalty row |
      * per-row vectors of each token's rows | per-row temporaries | lse blocks. */
     static constexpr uint32_t kUbS = 0;
@@ -83,19 +91,24 @@ struct VectorCore {
     static constexpr uint32_t kUbPt = kUbPf + SF::Numel * sizeof(float);
     static constexpr uint32_t kUbOtmp = AlignUp(kUbPt + PT::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kUbOacc = kUbOtmp + OF::Numel * sizeof(float);
-    static constexpr uint32_t kUbOout = kUbOacc + kVecMaxRows * kORowBytes;
+    static constexpr uint32_t kUbOout = kUbOacc + kAccRows * kORowBytes;
     static constexpr uint32_t kUbPen = AlignUp(kUbOout + OT::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kUbTokenCols = AlignUp(kUbPen + PenRow::Numel * sizeof(float), kRowVecAlign);
     static constexpr uint32_t kColBytes = AlignUp(Col::Numel * sizeof(float), kRowVecAlign);
     /* Per-row vectors each token's rows keep: kColM0/kColM1, the running max of the task in flight and of the
      * next one (the next task's first softmax runs before the current task's last update and output, which reads
-     * m for the lse); l; dm and l_u per stage. */
+     * m for the lse); l, one per task parity under MLA (whose softmax updates it, the next task's before the current
+     * task's output), else one (updated after the task's softmaxes); dm and l_u per stage. */
     enum TokenSlot : uint32_t {
         kColM0,
-        kColL = kColM0 + 2,
-        kColDm0,
+        kColL0 = kColM0 + 2,
+        kColDm0 = kColL0 + (DCap == kMlaD ? 2 : 1),
         kColLl0 = kColDm0 + kStages,
-        kTokenSlots = kColLl0 + kStages
+        /* MLA under PA_MLA_RESCALE_POW2 (pa_amla.hpp): the grid index of the running max per task parity, and the
+         * exponent shift of the accumulator between a unit's softmax and its rescale. */
+        kColK0 = kColLl0 + kStages,
+        kColShift = kColK0 + (DCap == kMlaD ? 2 : 0),
+        kTokenSlots = kColShift + (DCap == kMlaD ? 1 : 0)
     };
     /* Per-row temporaries, used by one token's rows at a time. */
     enum TempSlot : uint32_t {
@@ -109,9 +122,13 @@ struct VectorCore {
     };
     static constexpr uint32_t kUbTemps = kUbTokenCols + kTokenSlots * PA_MAX_Q_LEN * kColBytes;
     static constexpr uint32_t kUbLseBlocks = kUbTemps + kTempSlots * kColBytes;
+    /* MLA's exponent shifts of a group (int32, kVecRows x D) for AMLA's atomic add: a buffer of their own, so the
+     * gathers into O_tmp's never wait for those stores. */
+    static constexpr uint32_t kUbShift = AlignUp(kUbLseBlocks + LseBlocks::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kShiftBytes = DCap == kMlaD ? OF::Numel * sizeof(int32_t) : 0;
     /* A2/A3's row-expand ops use a fixed UB temporary from TMP_UB_OFFSET on (pa_platform.hpp, Assign): the plan
      * ends before it. */
-    static_assert(kUbLseBlocks + LseBlocks::Numel * sizeof(float) <= TMP_UB_OFFSET, "UB plan overflows");
+    static_assert(kUbShift + kShiftBytes <= TMP_UB_OFFSET, "UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
@@ -120,9 +137,12 @@ struct VectorCore {
     __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
     uint32_t unitCounter = 0;
 
+    /* The l of the task of parity `parity`. */
+    AICORE static inline TokenSlot LSlot(uint32_t parity) { return TokenSlot(kColL0 + (DCap == kMlaD ? parity : 0)); }
+
     AICORE static inline uint32_t SlotAddr(TokenSlot slot, const TokenRows &g)
     {
-        return kUbTokenCols + (slot * PA_MAX_Q_LEN + g.token) * kColBytes;
+        return kUbTokenCols + (slot * PA_MAX_Q_LEN + g.group) * kColBytes;
     }
     AICORE static inline uint32_t SlotAddr(TempSlot slot, const TokenRows &) { return kUbTemps + slot * kColBytes; }
 
@@ -147,7 +167,7 @@ struct VectorCore {
     AICORE inline OF AccOf(const TokenRows &g)
     {
         OF oA(g.r, t.headDim);
-        Assign(oA, kUbOacc + g.token * g.r * kORowBytes);
+        Assign(oA, kUbOacc + g.group * g.r * kORowBytes);
         return oA;
     }
 
@@ -226,19 +246,28 @@ struct VectorCore {
         return true;
     }
 
-    /* The rows of query token `token` of this sub-core's heads [row0, row0 + r) of the task. */
-    AICORE inline TokenRows RowsOf(const Task &tk, uint32_t token, uint32_t row0, uint32_t r) const
+    /* Calls fn(group) for the groups of this sub-core's heads [row0, row0 + r) of the task: per query token, its
+     * heads in runs of at most kVecRows. */
+    template <typename Fn>
+    AICORE inline void ForEachGroup(const Task &tk, uint32_t row0, uint32_t r, Fn &&fn) const
     {
-        return TokenRows{token, tk.headStart + row0, r};
+        uint32_t group = 0;
+        for (uint32_t token = 0; token < t.qLen; ++token) {
+            for (uint32_t h = 0; h < r; h += kVecRows) {
+                const uint32_t n = r - h < uint32_t(kVecRows) ? r - h : uint32_t(kVecRows);
+                fn(TokenRows{token, tk.headStart + row0 + h, n, group++});
+            }
+        }
     }
+
+    /* Whether the running max stays on the grid of multiples of ln 2 (MLA's AMLA rescale, pa_amla.hpp). */
+    AICORE inline bool PowerOfTwoMax() const { return DCap == kMlaD && t.mlaRescale == PA_MLA_RESCALE_POW2; }
 
     /* softmax(u) of every query token's rows. */
     AICORE inline void Softmax(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, uint32_t row0, uint32_t r)
     {
         WaitFromCube(QkReady(stage));
-        if (r != 0) {
-            for (uint32_t token = 0; token < t.qLen; ++token) SoftmaxRows(tk, u, stage, parity, RowsOf(tk, token, row0, r));
-        }
+        ForEachGroup(tk, row0, r, [&](const TokenRows &g) { SoftmaxRows(tk, u, stage, parity, g); });
         SignalCube(SoftmaxReady(stage));
     }
 
@@ -277,7 +306,10 @@ struct VectorCore {
             if (!onePiece) SetFlag(kSUbFree);
         }
         VecBarrier(kEdgeBarRowMax);
-        if (u == 0) {
+        if (PowerOfTwoMax()) {
+            Row kRow = RowAt(TokenSlot(kColK0 + parity), g), shiftRow = RowAt(kColShift, g);
+            AmlaMax(u, gmRow, kRow, lmRow, dmRow, shiftRow, hmRow);
+        } else if (u == 0) {
             AddS(gmRow, lmRow, 0.0f);
         } else {
             Max(hmRow, gmRow, lmRow);
@@ -327,20 +359,19 @@ struct VectorCore {
     }
 
     /* update(u) of every query token's rows. */
-    AICORE inline void Update(const Task &tk, uint32_t u, uint32_t stage, uint32_t row0, uint32_t r)
+    AICORE inline void Update(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, uint32_t row0, uint32_t r)
     {
         WaitFromCube(UpdateReady(stage));
-        if (r == 0) return;
-        for (uint32_t token = 0; token < t.qLen; ++token) UpdateRows(tk, u, stage, RowsOf(tk, token, row0, r));
+        ForEachGroup(tk, row0, r, [&](const TokenRows &g) { UpdateRows(tk, u, stage, parity, g); });
     }
 
-    AICORE inline void UpdateRows(const Task &tk, uint32_t u, uint32_t stage, const TokenRows &g)
+    AICORE inline void UpdateRows(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, const TokenRows &g)
     {
         const uint32_t d = t.headDim;
         OF oT(g.r, d);
         OF oA = AccOf(g);
         Assign(oT, kUbOtmp);
-        Row glRow = RowAt(kColL, g), dmRow = RowAt(TokenSlot(kColDm0 + stage), g);
+        Row glRow = RowAt(LSlot(parity), g), dmRow = RowAt(TokenSlot(kColDm0 + stage), g);
         Row llRow = RowAt(TokenSlot(kColLl0 + stage), g);
         Col dm = ColAt(TokenSlot(kColDm0 + stage), g);
         WaitFlag(kOtmpUbFree);
@@ -348,7 +379,7 @@ struct VectorCore {
         Handoff(kOtmpLoaded);
         VecBarrier(kEdgeBarUpdate);
         if (u == 0) {
-            if (g.token == 0) WaitFlag(kOutUbFree); /* the previous task's output left UB */
+            if (g.group == 0) WaitFlag(kOutUbFree); /* the previous task's output left UB */
             AddS(oA, oT, 0.0f);
             AddS(glRow, llRow, 0.0f);
         } else {
@@ -365,19 +396,22 @@ struct VectorCore {
      * rows) are shared: each token's rows after the first wait for the previous one's stores. */
     AICORE inline void Finish(const Task &tk, uint32_t parity, uint32_t row0, uint32_t r)
     {
-        if (r == 0) return;
-        for (uint32_t token = 0; token < t.qLen; ++token) {
-            if (token != 0) WaitFlag(kOutUbFree);
-            FinishRows(tk, parity, RowsOf(tk, token, row0, r));
-        }
+        ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+            if (g.group != 0) WaitFlag(kOutUbFree);
+            OF oA = AccOf(g);
+            FinishRows(tk, parity, g, oA);
+            SetFlag(kOutUbFree);
+        });
     }
 
-    AICORE inline void FinishRows(const Task &tk, uint32_t parity, const TokenRows &g)
+    /* A group's output from its O rows oA (fp32, not yet divided by l): O / l cast to the output dtype with its lse,
+     * or the normalised partial with its lse for split-KV; MTE3 holds the stores when this returns (the caller sets
+     * kOutUbFree). */
+    AICORE inline void FinishRows(const Task &tk, uint32_t parity, const TokenRows &g, OF &oA)
     {
         const uint32_t d = t.headDim, r = g.r;
-        OF oA = AccOf(g);
-        Col gl = ColAt(kColL, g);
-        Row glRow = RowAt(kColL, g), gmRow = RowAt(TokenSlot(kColM0 + parity), g), lseRow = RowAt(kColLse, g);
+        Col gl = ColAt(LSlot(parity), g);
+        Row glRow = RowAt(LSlot(parity), g), gmRow = RowAt(TokenSlot(kColM0 + parity), g), lseRow = RowAt(kColLse, g);
         VecBarrier(kEdgeBarFinal);
         const bool oneSplit = !t.SplitKv() || SplitsOf(t, tk.kvLen) == 1;
         if (oneSplit && t.sinksDtype != PA_SINKS_NONE) JoinSinks(g, gmRow, glRow);
@@ -394,7 +428,6 @@ struct VectorCore {
             }
             Handoff(kOutReady);
             StoreOutput(tk, g, oO, lseRow);
-            SetFlag(kOutUbFree);
             return;
         }
         Log(lseRow, glRow);
@@ -412,7 +445,6 @@ struct VectorCore {
                 kTrafficPartial);
         LseOut lseOut = LseAsBlocks(r);
         StoreNd(l, tk.addrL + QueryRow(g) * kvcn + tk.split, r, 1, kvcn, lseOut, kTrafficPartial);
-        SetFlag(kOutUbFree);
     }
 
     /* l += exp(sink - m) for a token's rows: the sink of each row's head joins the denominator once, as one more
@@ -450,9 +482,8 @@ struct VectorCore {
     AICORE inline void WriteZeros(const Task &tk, uint32_t row0, uint32_t r)
     {
         const uint32_t d = t.headDim;
-        for (uint32_t token = 0; token < t.qLen; ++token) {
-            const TokenRows g = RowsOf(tk, token, row0, r);
-            OT oO(r, d);
+        ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+            OT oO(g.r, d);
             Assign(oO, kUbOout);
             Row lseRow = RowAt(kColLse, g);
             WaitFlag(kOutUbFree);
@@ -461,7 +492,7 @@ struct VectorCore {
             Handoff(kOutReady);
             StoreOutput(tk, g, oO, lseRow);
             SetFlag(kOutUbFree);
-        }
+        });
     }
 
     /* The write-after-read flags: set once at core start ("buffer free"), drained before the core exits. */
@@ -473,6 +504,7 @@ struct VectorCore {
         fn(kOtmpUbFree);
         fn(kOutUbFree);
         fn(kSinkUbFree);
+        fn(kAccUbFree);
     }
 
     /* A unit whose update is still to run: the task, its rows on this sub-core, the unit and its stage. */
@@ -487,7 +519,7 @@ struct VectorCore {
     {
         SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
         SetUnit(pd.u);
-        Update(pd.tk, pd.u, pd.stage, pd.row0, pd.r);
+        Update(pd.tk, pd.u, pd.stage, pd.parity, pd.row0, pd.r);
         if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
     }
 

@@ -139,7 +139,7 @@ int32_t Launch(uint32_t blockDim, void *const *ptr)
         int kind = 0;
         bool written = false;
         switch (slot) {
-            case PA_ARG_K: case PA_ARG_V: kind = 1; break;
+            case PA_ARG_K: case PA_ARG_V: case PA_ARG_K_ROPE: kind = 1; break; /* the caches (MLA: latent, rope) */
             case PA_ARG_S: case PA_ARG_P: case PA_ARG_O_TMP: kind = 2; written = true; break;
             case PA_ARG_O_CORE: case PA_ARG_L: kind = 3; written = true; break;
             case PA_ARG_O: case PA_ARG_LSE: written = true; break;

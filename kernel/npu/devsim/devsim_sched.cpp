@@ -222,6 +222,7 @@ void CountFigures(Agent &a, const emu::Issue &issue, const LaunchConfig &cfg)
             if (c.kind == 1 && !acc.write) f.kvReadBytes += acc.bytes;
             if (c.kind == 2) f.scratchBytes += acc.bytes;
             if (c.kind == 3) f.partialBytes += acc.bytes;
+            break; /* one class per access: aliased buffers (MLA's K and V, the one latent cache) count once */
         }
     }
 }

@@ -1,0 +1,207 @@
+/*
+ * Vector side of MLA (ABI v5): the softmax of pa_vector.hpp over a task's rows in groups of at most kVecRows, with the
+ * output accumulating in GM, where the cube adds each unit's P.V (pa_cube_mla.hpp): the core's o_tmp stride holds a
+ * task's rows x 512 in fp32.  Per unit u (stage = global unit % 2):
+ *   softmax(u): S -> P (GM), the running max m, dm = the rescale of the rows, l = dm * l + l_u;
+ *   the previous unit's P.V is waited for (and a finished task's output written from GM);
+ *   rescale(u > 0): the accumulator's rows times dm, before the cube adds P.V(u);
+ *   then the cube is told P(u) is in GM and the accumulator is ready for it.
+ * The rescale (PA_TW_MLA_RESCALE):
+ *   PA_MLA_RESCALE_POW2 (AMLA): the running max is kept on the grid of multiples of ln 2 (rounded up: P <= 1
+ *   still), so dm = 2^n for an integer n <= 0 and the rows are rescaled by adding n * 2^23 to their fp32 bits: one
+ *   int32 store-atomic add into GM per row, nothing read back.  Exact for normal fp32 values whose exponent stays
+ *   normal, like the multiply; an accumulator element that is exactly 0 (or would fall below 2^-126) is not: adding
+ *   to the bits of +0 gives a negative number.  P.V of fresh data is never exactly 0 in practice; the plain rescale
+ *   is the one for inputs where it may be (docs/API.md, mla_rescale).
+ *   PA_MLA_RESCALE_PLAIN: the exact running max; the rows are read, multiplied by dm and written back.
+ */
+#ifndef PA_VECTOR_MLA_HPP
+#define PA_VECTOR_MLA_HPP
+
+#include "pa_vector.hpp"
+
+namespace pa {
+
+template <typename T>
+struct MlaVectorCore : VectorCore<T, kMlaD> {
+    using Base = VectorCore<T, kMlaD>;
+    using typename Base::Col;
+    using typename Base::OF;
+    using typename Base::Row;
+    using typename Base::Pending;
+    using typename Base::TokenSlot;
+    using Base::t;
+    using Base::core;
+    using Base::sub;
+    using Base::otmp;
+    using Base::unitCounter;
+
+    /* The task's fp32 output accumulator: the core's o_tmp from its first element, scratch rows of 512. */
+    AICORE inline uint64_t AccBase() const { return ScratchO(core, 0); }
+
+    /* A round trip of a group's accumulator rows through UB (the O_tmp buffer): it starts when V knows the previous
+     * round trip's (or output's) stores have read UB, and MTE2 that the previous round trip's stores are done with
+     * the buffer; it ends with its own stores (EndRoundTrip). */
+    AICORE inline void BeginRoundTrip()
+    {
+        WaitFlag(kOutUbFree);
+        WaitFlag(kAccUbFree);
+    }
+    AICORE inline void EndRoundTrip()
+    {
+        SetFlag(kAccUbFree);
+        SetFlag(kOutUbFree);
+    }
+
+    /* A group's accumulator rows gathered into the O_tmp UB buffer (a round trip's first half). */
+    AICORE inline OF LoadAcc(const Task &tk, const TokenRows &g)
+    {
+        OF oA(g.r, kMlaD);
+        Assign(oA, Base::kUbOtmp);
+        BeginRoundTrip();
+        this->template GatherRows<OF>(tk, g, otmp, AccBase(), kMlaD, kMlaD, Base::kUbOtmp);
+        Handoff(kOtmpLoaded);
+        return oA;
+    }
+
+    /* l = dm * l + l_u of a group after its softmax(u) (MLA keeps no O in UB, so l is updated here). */
+    AICORE inline void UpdateL(uint32_t u, uint32_t stage, uint32_t parity, const TokenRows &g)
+    {
+        Row glRow = this->RowAt(Base::LSlot(parity), g);
+        Row dmRow = this->RowAt(TokenSlot(Base::kColDm0 + stage), g);
+        Row llRow = this->RowAt(TokenSlot(Base::kColLl0 + stage), g);
+        VecBarrier(kEdgeBarUpdate);
+        if (u == 0) {
+            AddS(glRow, llRow, 0.0f);
+            return;
+        }
+        Mul(glRow, glRow, dmRow);
+        VecBarrier(kEdgeBarRescale);
+        Add(glRow, glRow, llRow);
+    }
+
+    /* The accumulator's rows of a group times dm (plain): read, multiply, write back. */
+    AICORE inline void RescalePlain(const Task &tk, uint32_t stage, const TokenRows &g)
+    {
+        OF oA = LoadAcc(tk, g);
+        Col dm = this->ColAt(TokenSlot(Base::kColDm0 + stage), g);
+        RowExpandMul(oA, oA, dm);
+        Handoff(kOutReady);
+        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
+            OF part(rows, kMlaD);
+            Assign(part, Base::kUbOtmp + ub * uint32_t(OF::Cols * sizeof(float)));
+            StoreNd(otmp, AccBase() + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
+        });
+        EndRoundTrip();
+    }
+
+    /* The accumulator's rows of a group times 2^n (AMLA): n * 2^23 added to their fp32 bits in GM by one int32
+     * store-atomic add per row run, nothing read back.  The shift row broadcast over the 512 columns as fp32 (exact
+     * integers), converted to int32 in place, in the shift buffer (no gather waits for these stores: V's next write
+     * of the buffer waits for them through kOutUbFree). */
+    AICORE inline void RescalePow2(const Task &tk, const TokenRows &g)
+    {
+        using OI = Tile<TileType::Vec, int32_t, kVecRows, kMlaD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+        OF shift(g.r, kMlaD);
+        OI bits(g.r, kMlaD);
+        Assign(shift, Base::kUbShift);
+        Assign(bits, Base::kUbShift);
+        Col negShift = this->ColAt(Base::kColShift, g);
+        WaitFlag(kOutUbFree); /* V: the previous stores from UB are done */
+        Fill(shift, 0.0f);
+        VecBarrier(kEdgeBarGrid);
+        RowExpandSub(shift, shift, negShift);
+        VecBarrier(kEdgeBarGrid);
+        Cvt(bits, shift, RoundMode::CAST_RINT);
+        Handoff(kOutReady);
+        const Gm<int32_t> accBits{reinterpret_cast<__gm__ int32_t *>(otmp.ptr), otmp.slot};
+        ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
+            OI part(rows, kMlaD);
+            Assign(part, Base::kUbShift + ub * uint32_t(OI::Cols * sizeof(int32_t)));
+            StoreNdAdd(accBits, AccBase() + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
+        });
+        SetFlag(kOutUbFree);
+    }
+
+    /* The rows of a task this sub-core rescales before the cube adds P.V(u). */
+    AICORE inline void Rescale(const Task &tk, uint32_t stage, uint32_t row0, uint32_t r)
+    {
+        this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+            if (this->PowerOfTwoMax()) {
+                RescalePow2(tk, g);
+            } else {
+                RescalePlain(tk, stage, g);
+            }
+        });
+    }
+
+    /* The task's output from its accumulator, group by group. */
+    AICORE inline void Finish(const Task &tk, uint32_t parity, uint32_t row0, uint32_t r)
+    {
+        this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+            OF oA = LoadAcc(tk, g);
+            this->FinishRows(tk, parity, g, oA);
+            EndRoundTrip();
+        });
+    }
+
+    /* The previous unit's P.V is in GM; its task's output after its last unit. */
+    AICORE inline void Retire(const Pending &pd)
+    {
+        SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
+        SetUnit(pd.u);
+        WaitFromCube(UpdateReady(pd.stage));
+        if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
+    }
+
+    /* The mirror of the cube's pipeline: softmax(u), the previous unit retired, rescale(u), then P(u) is handed over.
+     * The cube computes Q.K^T(u + 1) meanwhile; its P.V(u) waits for the hand-over. */
+    AICORE inline void Run(uint32_t blockNum)
+    {
+        Base::ForEachFreeFlag([](auto f) { SetFlag(f); });
+        Pending pending{};
+        bool havePending = false;
+        uint32_t taskCounter = 0;
+        ForEachTask(t, core, blockNum, [&](const Task &tk) {
+            const uint32_t half = tk.headCount / kVecSubCores;
+            const uint32_t row0 = sub == 0 ? 0 : half;
+            const uint32_t r = sub == 0 ? half : tk.headCount - half;
+            if (tk.empty) {
+                if (havePending) Retire(pending);
+                havePending = false;
+                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+                this->WriteZeros(tk, row0, r);
+                return;
+            }
+            const uint32_t units = UnitsOf(t, tk);
+            const uint32_t parity = taskCounter++ % 2;
+            for (uint32_t u = 0; u < units; ++u) {
+                const uint32_t stage = unitCounter++ % kStages;
+                SetUnit(u);
+                WaitFromCube(QkReady(stage));
+                this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+                    this->SoftmaxRows(tk, u, stage, parity, g);
+                    UpdateL(u, stage, parity, g);
+                });
+                if (havePending) Retire(pending);
+                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+                SetUnit(u);
+                if (u != 0) Rescale(tk, stage, row0, r);
+                SignalCube(SoftmaxReady(stage));
+                pending = Pending{tk, row0, r, u, units, stage, parity};
+                havePending = true;
+            }
+        });
+        if (havePending) Retire(pending);
+        Base::ForEachFreeFlag([](auto f) { DrainFlag(f); });
+        if (t.SplitKv()) {
+            VectorBarrier();
+            CombineCore<T, kMlaD> combine{t, core, sub, this->o, this->ocore, this->l, this->lseGm, this->sinks};
+            combine.Run(blockNum);
+        }
+    }
+};
+
+}  // namespace pa
+
+#endif /* PA_VECTOR_MLA_HPP */
