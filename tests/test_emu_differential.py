@@ -16,7 +16,7 @@ from emu_harness import library_or_skip
 
 OPS = ["LoadStore", "MulS", "AddS", "Add", "Sub", "Mul", "Max", "Exp", "Log", "RowMax", "RowSum", "RowExpandSub",
        "RowExpandMul", "RowExpandDiv", "ColSum", "CvtF16", "CvtBf16", "WidenF16", "WidenBf16", "FillF32", "FillF16",
-       "ColStorePitch", "AtomicAdd", "ColExpandSub"]
+       "ColStorePitch", "AtomicAdd", "ColExpandSub", "CvtS32"]
 #: (rows, valid cols, GM pitch): the S piece (16 x 512), partial rows and columns, one row, a pitch past the tile
 SHAPES = [(16, 512, 512), (13, 300, 512), (1, 37, 40), (16, 64, 64), (5, 130, 200)]
 NARROW = {"RowExpandSub", "RowExpandMul", "RowExpandDiv", "ColSum"}  # tiles of 128 (O) columns
@@ -46,6 +46,9 @@ def inputs(op: str, rows: int, pitch: int, seed: int) -> tuple[np.ndarray, np.nd
     low = 0.25 if op == "Log" else -3.0
     a = rng.uniform(low, 3.0, (rows, pitch)).astype(np.float32)
     b = rng.uniform(0.5, 3.0, (rows, pitch)).astype(np.float32)  # divisors away from 0
+    if op == "CvtS32":  # half-integers (ties to even) and fractions, up to AMLA's shifts of 64 * 2^23 in magnitude
+        a = np.where(rng.random((rows, pitch)) < 0.5, rng.integers(-2**20, 2**20, (rows, pitch)) / 2,
+                     rng.uniform(-2.0**29, 2.0**29, (rows, pitch))).astype(np.float32)
     if op == "WidenF16":
         a = a.astype(np.float16)
     if op == "WidenBf16":

@@ -154,6 +154,8 @@ void vconv_f162f32(float *dst, _Float16 *src, u8f repeat, u16f dstBlockStride, u
                    u8f dstRepeatStride, u8f srcRepeatStride);
 void vconv_bf162f32(float *dst, bf16_t *src, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
                     u8f dstRepeatStride, u8f srcRepeatStride);
+void vconv_f322s32r(int32_t *dst, float *src, u8f repeat, u16f dstBlockStride, u16f srcBlockStride,
+                    u8f dstRepeatStride, u8f srcRepeatStride);
 
 /* ---- store atomics: what later GM stores (MTE3, FIX) do with GM's contents (SEMANTICS.md "Store atomics") -- */
 void set_atomic_none();

@@ -234,6 +234,38 @@ void Convert(const char *name, void *dst, void *src, bool narrowing, bool bf16, 
     });
 }
 
+/* vconv_f322s32r: fp32 -> int32, round half to even, 64 lanes of 32-bit data per iteration like any fp32 op.  A value
+ * the int32 range does not hold (NaN, inf, beyond +-2^31) faults: the device's saturation rule for it is not
+ * published (SEMANTICS.md). */
+void ConvertF32ToS32(const char *name, int32_t *dst, float *src, const u8f &repeat, const u16f &db, const u16f &sb,
+                     const u8f &dr, const u8f &sr)
+{
+    constexpr uint32_t lanes = 64;
+    const LanePlan plan = Lanes(lanes, repeat.Get(name, kV, "repeat"));
+    std::vector<Access> acc;
+    const Operand s = Bind(name, "src", src, 4, lanes, plan, sb.Get(name, kV, "srcBlockStride"),
+                           sr.Get(name, kV, "srcRepeatStride"), kBlock, false, acc);
+    const Operand d = Bind(name, "dst", dst, 4, lanes, plan, db.Get(name, kV, "dstBlockStride"),
+                           dr.Get(name, kV, "dstRepeatStride"), kBlock, true, acc);
+    Execute(Work(name, Pipe::V, acc, plan.iterations), [=] {
+        Reads reads(name);
+        for (uint32_t r = 0; r < plan.iterations; ++r) {
+            for (uint32_t i = 0; i < lanes; ++i) {
+                if (!plan.On(r, i)) continue;
+                if (d.shadow) Mark(d.Shadow(r, i), 4, reads.Of(Space::UB, s.Shadow(r, i), 4));
+                float x;
+                std::memcpy(&x, s.At(r, i), 4);
+                const double rounded = std::nearbyint(double(x)); /* the host's default mode: to nearest even */
+                if (!(rounded >= -2147483648.0 && rounded <= 2147483647.0)) {
+                    Raise(name, Pipe::V, "src", std::bit_cast<uint32_t>(x), "a value int32 does not hold (not emulated)");
+                }
+                const int32_t v = int32_t(rounded);
+                std::memcpy(d.At(r, i), &v, 4);
+            }
+        }
+    });
+}
+
 /* vcmax / vcadd: per iteration, one value from the enabled lanes, written at dst + r x dstRepeatStride
  * elements (ONLY_VALUE).  vcadd sums by a binary tree of pairwise adds, disabled lanes counting as 0. */
 void Reduce(const char *name, float *dst, float *src, const u8f &repeat, const u16f &drs, const u16f &sb,
@@ -437,4 +469,8 @@ void vconv_f162f32(float *d, _Float16 *s, u8f rep, u16f db, u16f sb, u8f dr, u8f
 void vconv_bf162f32(float *d, bf16_t *s, u8f rep, u16f db, u16f sb, u8f dr, u8f sr)
 {
     Convert("vconv_bf162f32", d, s, false, true, rep, db, sb, dr, sr);
+}
+void vconv_f322s32r(int32_t *d, float *s, u8f rep, u16f db, u16f sb, u8f dr, u8f sr)
+{
+    ConvertF32ToS32("vconv_f322s32r", d, s, rep, db, sb, dr, sr);
 }

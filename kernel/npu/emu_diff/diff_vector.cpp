@@ -56,6 +56,7 @@ enum Op : int32_t {
     kRowExpandDiv, kColSum, kCvtF16, kCvtBf16, kWidenF16, kWidenBf16, kFillF32, kFillF16, kColStorePitch,
     kAtomicAdd, /* TSTORE<AtomicAdd> of a into `out`, which holds finite values (SEMANTICS.md known difference 5) */
     kColExpandSub, /* a - b's first row, from every row (the mask's penalty row: vsub with a src1 repeat stride of 0) */
+    kCvtS32,       /* fp32 -> int32, round half to even (AMLA's exponent shifts), stored as int32 */
 };
 
 template <typename T>
@@ -150,6 +151,15 @@ void Run(int32_t op, uint32_t r, uint32_t c, uint32_t pitch, const void *a, cons
             Load<SF, float>(x, a, r, c, pitch);
             GmNd<float> view(reinterpret_cast<float *>(out), GmNd<float>::Shape(r, c), GmNd<float>::Stride(pitch, 1));
             TSTORE<SF, GmNd<float>, AtomicType::AtomicAdd>(view, x);
+            return;
+        }
+        case kCvtS32: {
+            using IT = Tile<TileType::Vec, int32_t, SF::Rows, SF::Cols, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+            IT y(r, c);
+            Place(y, kD0);
+            Load<SF, float>(x, a, r, c, pitch);
+            TCVT(y, x, RoundMode::CAST_RINT);
+            Store<IT, int32_t>(out, r, c, pitch, y);
             return;
         }
         case kFillF16: {
