@@ -35,14 +35,15 @@ FEATURE_ARGUMENTS: dict[abi.Feature, str] = {
 @dataclass(frozen=True)
 class DecodeFeatures:
     """A runner's decode features, validated: ``q_len`` query tokens per sequence, ``window_left`` (-1: none),
-    the sinks' element type (None: no sinks), whether each launch writes the lse, and MLA's rope width (0: not
-    MLA)."""
+    the sinks' element type (None: no sinks), whether each launch writes the lse, MLA's rope width (0: not MLA)
+    and how the NPU kernel rescales an MLA task's output accumulator ('plain' or 'pow2')."""
 
     q_len: int = 1
     window_left: int = -1
     sinks_dtype: str | None = None
     return_lse: bool = False
     rope_dim: int = 0
+    mla_rescale: str = "plain"
 
     @property
     def bits(self) -> int:
@@ -58,7 +59,7 @@ class DecodeFeatures:
     def plan_options(self) -> dict[str, Any]:
         """The planner's keywords for these features."""
         return {"q_len": self.q_len, "window_left": self.window_left, "sinks_dtype": self.sinks_dtype,
-                "return_lse": self.return_lse, "rope_dim": self.rope_dim}
+                "return_lse": self.return_lse, "rope_dim": self.rope_dim, "mla_rescale": self.mla_rescale}
 
 
 def sinks_dtype_name(dtype: object) -> str | None:
@@ -90,14 +91,16 @@ def check_sinks(sinks: object, *, num_heads: int, device: torch.device) -> torch
 
 
 def decode_features(*, q_len: object = 1, window_left: object = -1, sinks_dtype: object = None,
-                    return_lse: object = False, rope_dim: object = 0) -> DecodeFeatures:
+                    return_lse: object = False, rope_dim: object = 0, mla_rescale: object = "plain") -> DecodeFeatures:
     """Validate the feature options (the rules of :mod:`tiling.rules`, the planner's own)."""
     q = rules.validate_q_len(q_len)
     window = rules.validate_window_left(window_left)
     name = sinks_dtype_name(sinks_dtype)
     rules.validate_option("return_lse", return_lse, (True, False))
+    rope = rules.validate_rope_dim(rope_dim)
+    rules.validate_mla_rescale(mla_rescale, rope)
     return DecodeFeatures(q_len=q, window_left=window, sinks_dtype=name, return_lse=bool(return_lse),
-                          rope_dim=rules.validate_rope_dim(rope_dim))
+                          rope_dim=rope, mla_rescale=str(mla_rescale))
 
 
 def check_supported(features: DecodeFeatures, library: KernelLibrary, backend: str) -> None:

@@ -52,6 +52,10 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
     fp16 or bf16; ``1 <= H <= 128``.  The output has the query's shape; with ``return_lse`` launches return
     ``(out, lse)``, lse float32 ``[b, (q_len,) H]``.  ``context_lens`` counts each sequence's ``q_len`` query
     tokens (token t sits at position ``len - q_len + t`` and attends causally); 0 gives a zero row.
+    ``mla_rescale`` picks how the NPU kernel rescales a task's output accumulator between hand-offs: 'plain' (the
+    exact running max; read, multiply, write back) or 'pow2' (AMLA: the max on the ln 2 grid, the rescale an
+    integer add to the fp32 exponent, write-only; exact unless an accumulator element is 0, e.g. a latent column
+    that is 0 in every token).  Results agree within the golden's tolerance; the mock computes both alike.
     """
 
     def __init__(
@@ -59,13 +63,14 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
         block_table: torch.Tensor, context_lens: torch.Tensor | Sequence[int], *, scale: float,
         backend: str | Backend | None = None, out: torch.Tensor | None = None, stream: Any = None,
         checked: bool = True, core_count: int | None = None, strategy: str = "auto", return_lse: bool = False,
-        max_batch: int | None = None, max_pages_per_seq: int | None = None,
+        max_batch: int | None = None, max_pages_per_seq: int | None = None, mla_rescale: str = "plain",
     ) -> None:
         scale = _require_scale(scale)
         resolved = get_backend(backend, query.device if isinstance(query, torch.Tensor) else torch.device("cpu"))
         shape = validation.check_mla_tensors(query, query_rope, kv_cache, kv_rope_cache, block_table,
                                              device_type=resolved.device_type)
-        features = decode_features(q_len=shape.q_len, return_lse=return_lse, rope_dim=shape.rope_dim)
+        features = decode_features(q_len=shape.q_len, return_lse=return_lse, rope_dim=shape.rope_dim,
+                                   mla_rescale=mla_rescale)
         inputs = {"query": query, "query_rope": query_rope, "kv_cache": kv_cache, "kv_rope_cache": kv_rope_cache,
                   "block_table": block_table}
         self._bind(resolved, shape, features, inputs, context_lens, sinks=None, out=out, max_batch=max_batch,
@@ -77,7 +82,7 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
         cls, *, num_heads: int, block_size: int, dtype: torch.dtype, max_batch: int, max_pages_per_seq: int,
         num_blocks: int, scale: float, device: str | torch.device = "cpu", backend: str | Backend | None = None,
         q_len: int = 1, return_lse: bool = False, core_count: int | None = None, strategy: str = "auto",
-        stream: Any = None, checked: bool = True,
+        stream: Any = None, checked: bool = True, mla_rescale: str = "plain",
     ) -> MlaPagedAttentionRunner:
         """A runner for an engine's MLA decode loop, from sizes alone (the latent and rope widths are MLA's, 512
         and 64; one latent head): :meth:`update` per step, :meth:`run` per layer.  ``q_len`` > 1 (MTP verify
@@ -87,7 +92,8 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
                 "num_heads": num_heads, "num_kv_heads": 1, "head_dim": abi.MLA_LATENT_DIM, "block_size": block_size,
                 "dtype": dtype, "max_batch": max_batch, "max_pages_per_seq": max_pages_per_seq,
                 "num_blocks": num_blocks, "q_len": q_len, "rope_dim": abi.MLA_ROPE_DIM},
-            features={"return_lse": return_lse}, scale=_require_scale(scale), stream=stream, checked=checked,
+            features={"return_lse": return_lse, "mla_rescale": mla_rescale}, scale=_require_scale(scale), stream=stream,
+            checked=checked,
             core_count=core_count, strategy=strategy, batch_invariant=False, handoff_tokens=None)
         return runner
 
@@ -108,7 +114,7 @@ class MlaPagedAttentionRunner(PagedAttentionRunner):
 def mla_paged_attention(
     query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor, kv_rope_cache: torch.Tensor,
     block_table: torch.Tensor, context_lens: torch.Tensor | Sequence[int], *, scale: float,
-    return_lse: Literal[False] = False, backend: str | Backend | None = None,
+    return_lse: Literal[False] = False, backend: str | Backend | None = None, mla_rescale: str = "plain",
 ) -> torch.Tensor: ...
 
 
@@ -116,14 +122,14 @@ def mla_paged_attention(
 def mla_paged_attention(
     query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor, kv_rope_cache: torch.Tensor,
     block_table: torch.Tensor, context_lens: torch.Tensor | Sequence[int], *, scale: float,
-    return_lse: Literal[True], backend: str | Backend | None = None,
+    return_lse: Literal[True], backend: str | Backend | None = None, mla_rescale: str = "plain",
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def mla_paged_attention(
     query: torch.Tensor, query_rope: torch.Tensor, kv_cache: torch.Tensor, kv_rope_cache: torch.Tensor,
     block_table: torch.Tensor, context_lens: torch.Tensor | Sequence[int], *, scale: float,
-    return_lse: bool = False, backend: str | Backend | None = None,
+    return_lse: bool = False, backend: str | Backend | None = None, mla_rescale: str = "plain",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Absorbed-MLA paged decode: a new tensor of the query's shape (latent space; apply ``W_UV`` after), or
     ``(out, lse)`` with ``return_lse=True``.  Arguments as :class:`MlaPagedAttentionRunner` takes them.
@@ -131,5 +137,5 @@ def mla_paged_attention(
     Every call validates and plans; a decode loop should keep a runner and call ``update`` instead.
     """
     runner = MlaPagedAttentionRunner(query, query_rope, kv_cache, kv_rope_cache, block_table, context_lens,
-                                     scale=scale, return_lse=return_lse, backend=backend)
+                                     scale=scale, return_lse=return_lse, backend=backend, mla_rescale=mla_rescale)
     return runner()

@@ -355,7 +355,7 @@ def test_roofline_puts_128_heads_at_the_ridge_and_16_heads_far_below() -> None:
     assert tp8.intensity == pytest.approx(by_hand, rel=1e-9) and round(tp8.intensity) == 30
     assert tp8.bound == MEMORY_BOUND and tp8.kv_reads == 1
     assert tp1.intensity / A2.ridge == pytest.approx(1.0, abs=0.02) and tp1.bound == COMPUTE_BOUND
-    assert tp1.kv_reads == 4 and tp1.plan_bound == MEMORY_BOUND  # tasks of 32 heads: the latent is read 4 times
+    assert tp1.kv_reads == 1 and tp1.plan_bound == COMPUTE_BOUND  # a task holds all 128 heads: the latent read once
     mtp = roofline(shapes.shape_set("mla")[-1])
     assert mtp.intensity > 1.8 * A2.ridge and mtp.bound == COMPUTE_BOUND
     assert roofline(shapes.uniform_shape(8, 4096)).bound == MEMORY_BOUND  # GQA decode: 4 FLOP/B

@@ -132,7 +132,8 @@ def test_capacity_workspace_holds_every_mla_plan() -> None:
         plan = plan_paged_attention(lens, num_heads=heads, num_kv_heads=1, head_dim=512, rope_dim=64, block_size=bs,
                                     max_pages=max_pages, num_blocks=10, scale=0.1, core_count=cores, q_len=q_len,
                                     strategy=str(rng.choice(["auto", "bn", "split_kv"])))  # type: ignore[arg-type]
-        assert max(plan.split.former_head, plan.split.tail_head) * q_len <= 64
+        assert max(plan.split.former_head, plan.split.tail_head) * q_len <= abi.MLA_MAX_TASK_ROWS
+        assert plan.split.former_head == min(heads, abi.MLA_MAX_TASK_ROWS // q_len)  # every head, up to the rows
         bound = capacity_workspace(core_count=cores, elem_bytes=2, max_batch=max_batch, num_heads=heads,
                                    head_dim=512, max_pages=max_pages, handoff_tokens=None, q_len=q_len,
                                    kv_split_limit=combine_split_limit(512)).by_slot()
@@ -163,7 +164,8 @@ def _call(**change: Any) -> Any:
     ({"query_rope": torch.randn(2, 8, 64).half()}, ValueError, "query_rope must be"),
     ({"query_rope": torch.randn(2, 64, 16).half().transpose(1, 2)}, ValueError, "query_rope must be contiguous"),
     ({"kv_cache": torch.randn(48, BS, 1, 512).bfloat16()}, TypeError, "kv_cache dtype must match query"),
-    ({"backend": "sim"}, ValueError, "does not execute MLA"),
+    ({"mla_rescale": "amla"}, ValueError, "mla_rescale must be one of 'plain', 'pow2', got 'amla'"),
+    ({"mla_rescale": 0}, TypeError, "mla_rescale must be one of 'plain', 'pow2', got 0"),
 ])
 def test_bad_input_is_refused_before_launch(change: dict[str, Any], error: type, message: str) -> None:
     with pytest.raises(error, match=message):

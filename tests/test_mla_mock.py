@@ -137,14 +137,15 @@ def test_long_context_small_batch_splits_the_kv_range(dtype: str) -> None:
     assert compare_lse(lse, ref).passed
 
 
-def test_tasks_hold_at_most_what_o_tmp_holds_at_512() -> None:
-    """At D = 512 o_tmp's half holds 64 rows: q_len 4 x 128 heads is cut to tasks of 16 heads."""
-    c = build(heads=128, q_len=4, dtype="fp16", block_size=64, lens=[70, 64], seed=9, return_lse=False)
-    heads = max(c.plan.split.former_head, c.plan.split.tail_head)
-    assert heads * 4 <= abi.O_TMP_HALF_ELEMS // LATENT
-    code, err, out, _ = run_mock(c)
-    assert code == 0, err.message
-    assert compare(out, golden(c)).passed
+def test_an_mla_task_holds_every_head_up_to_its_rows() -> None:
+    """ABI v5: an MLA task holds every q head of its token range (the latent read once per split), up to
+    abi.MLA_MAX_TASK_ROWS rows: 128 heads at q_len 1 in one task, q_len 4 x 128 heads cut to tasks of 32."""
+    for q_len, heads in ((1, 128), (4, 32)):
+        c = build(heads=128, q_len=q_len, dtype="fp16", block_size=64, lens=[70, 64], seed=9, return_lse=False)
+        assert c.plan.split.former_head == heads and c.plan.handoff_tokens == abi.MLA_HANDOFF_TOKENS
+        code, err, out, _ = run_mock(c)
+        assert code == 0, err.message
+        assert compare(out, golden(c)).passed
 
 
 def test_simd_paths_and_checked_mode_agree_bit_for_bit() -> None:
@@ -192,8 +193,14 @@ def contract_corruptions(c: MlaCase) -> dict[str, dict[str, Any]]:
     return {
         "rope width 32": dict(tiling=_with_words(c, ROPE_DIM=32), code=abi.ErrorCode.BAD_TILING, slot=slot.TILING,
                               offset=t.ROPE_DIM),
-        "rope word 0 at D 512": dict(tiling=_with_words(c, ROPE_DIM=0), code=abi.ErrorCode.BAD_TILING,
+        "rope word 0 at D 512": dict(tiling=_with_words(c, ROPE_DIM=0, MLA_RESCALE=0), code=abi.ErrorCode.BAD_TILING,
                                      slot=slot.TILING, offset=t.HEADDIM),
+        "rescale word 2": dict(tiling=_with_words(c, MLA_RESCALE=2), code=abi.ErrorCode.BAD_TILING, slot=slot.TILING,
+                               offset=t.MLA_RESCALE),
+        "hand-off 512": dict(tiling=_with_words(c, HANDOFF_TOKENS=512, SCORE_STAGE_ELEMS=16 * 512),
+                             code=abi.ErrorCode.BAD_TILING, slot=slot.TILING, offset=t.HANDOFF_TOKENS),
+        "129 rows per task": dict(tiling=_with_words(c, FORMER_HEAD=17, Q_LEN=8), code=abi.ErrorCode.BAD_TILING,
+                                  slot=slot.TILING, offset=t.FORMER_HEAD),
         "two kv heads": dict(tiling=_with_words(c, KVHEADS=2, GROUPNUM=8), code=abi.ErrorCode.BAD_TILING,
                              slot=slot.TILING, offset=t.KVHEADS),
         "latent 256": dict(tiling=_with_words(c, HEADDIM=256, HEADDIM_V=256), code=abi.ErrorCode.BAD_TILING,
@@ -222,13 +229,13 @@ def test_mla_contract_violations_are_refused(name: str) -> None:
     assert torch.isnan(out).all(), "a refused launch wrote the output"
 
 
-def test_the_sim_refuses_mla_by_its_contract_check() -> None:
-    """The sim's library executes no MLA yet: the shared contract check refuses word 48 before any core runs."""
+def test_the_sim_executes_mla_and_says_so() -> None:
+    """The device path executes MLA (ABI v5): the sim's library reports the feature and a launch matches the golden
+    (tests/test_sim_mla.py runs the cases)."""
     sim = ctypes.CDLL(str(library_or_skip("libpa_sim.so")))
     mock_api.declare(sim)
     c = build(heads=16, q_len=1, dtype="fp16", block_size=64, lens=[100], seed=41, return_lse=False)
-    code, err, _, _ = run_mock(c, lib=sim)
-    assert code == abi.ErrorCode.BAD_TILING and err.element_offset == abi.TilingWord.ROPE_DIM, err.message
-    assert b"MLA" in err.message
-    assert not load_library(library_or_skip("libpa_sim.so")).supported_features & abi.Feature.MLA
-    assert load_mock().pa_supported_features() & abi.Feature.MLA
+    code, err, out, _ = run_mock(c, lib=sim)
+    assert code == 0, err.message
+    assert compare(out, golden(c)).passed
+    assert load_library(library_or_skip("libpa_sim.so")).supported_features & abi.Feature.MLA

@@ -33,7 +33,8 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from accuracy.reference import Features, compare, compare_lse, reference  # noqa: E402
+from accuracy.cases import DEEPSEEK_V3_SCALE  # noqa: E402
+from accuracy.reference import Features, compare, compare_lse, mla_reference, reference  # noqa: E402
 from launcher.library import load_library  # noqa: E402
 from launcher.mock_api import MockConfig, MockError, last_error_text  # noqa: E402
 from launcher.sim_api import SimStats  # noqa: E402
@@ -79,23 +80,37 @@ def as_tensor(device: np.ndarray, dtype: str) -> torch.Tensor:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    """Child-process body: plan, launch once, compare.  Returns figures for the parent."""
+    """Child-process body: plan, launch once, compare.  Returns figures for the parent.  ``"mla": "pow2"`` or
+    ``"plain"`` makes it an absorbed-MLA launch (D 512 latent, its rope part, ``hkv`` 1) with that rescale;
+    ``"zero_latent_column": c`` zeroes latent column c of every page (the one input AMLA's integer rescale
+    does not keep exact)."""
     rng = np.random.default_rng(case.get("seed", 0))
+    mla = case.get("mla")
+    if mla:
+        case = {**case, "hkv": 1, "d": abi.MLA_LATENT_DIM}
     lens, hq, hkv, d, bs = case["lens"], case["hq"], case["hkv"], case["d"], case["bs"]
     dtype, batch, q_len = case["dtype"], len(case["lens"]), case.get("q_len", 1)
     max_pages = max(1, max(-(-n // bs) for n in lens)) + 1
     num_blocks = sum(-(-n // bs) for n in lens) + EXTRA_PAGES
-    scale = 1.0 / np.sqrt(d)
+    scale = DEEPSEEK_V3_SCALE if mla else 1.0 / np.sqrt(d)
+    mla_options: dict[str, Any] = {"rope_dim": abi.MLA_ROPE_DIM, "mla_rescale": mla} if mla else {}
     plan = plan_paged_attention(
         np.array(lens, dtype=np.int32), num_heads=hq, num_kv_heads=hkv, head_dim=d, block_size=bs,
         max_pages=max_pages, num_blocks=num_blocks, scale=scale, dtype=dtype,
         core_count=case.get("cores", 4), strategy=case.get("strategy", "auto"),
         handoff_tokens=case.get("handoff"), window_left=case.get("window", -1), sinks_dtype=case.get("sinks"),
-        return_lse=bool(case.get("lse")), q_len=q_len,
+        return_lse=bool(case.get("lse")), q_len=q_len, **mla_options,
     )
     q_dev, _ = quantize(rng.standard_normal((batch, q_len, hq, d)), dtype)
     k_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
-    v_dev, _ = quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)
+    if "zero_latent_column" in case:
+        k_dev[..., case["zero_latent_column"]] = 0
+    v_dev = k_dev if mla else quantize(rng.standard_normal((num_blocks, bs, hkv, d)), dtype)[0]
+    rope_dev: dict[int, np.ndarray] = {}
+    if mla:  # DeepSeek-like magnitudes: the rope part large enough to move the softmax
+        rope_dev[abi.ArgSlot.Q_ROPE] = quantize(rng.standard_normal((batch, q_len, hq, abi.MLA_ROPE_DIM)) * 2, dtype)[0]
+        rope_dev[abi.ArgSlot.K_ROPE] = quantize(rng.standard_normal((num_blocks, bs, 1, abi.MLA_ROPE_DIM)) * 2,
+                                                dtype)[0]
     table = np.full((batch, max_pages), -1, dtype=np.int32)
     ids = rng.permutation(num_blocks).astype(np.int32)
     used = 0
@@ -118,7 +133,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         abi.ArgSlot.O: out, abi.ArgSlot.S: np.full(ws.s_bytes // 4, np.nan, np.float32),
         abi.ArgSlot.P: np.full(ws.p_bytes // 2, 0xFFFF, np.uint16),
         abi.ArgSlot.O_TMP: np.full(ws.o_tmp_bytes // 4, np.nan, np.float32),
-        abi.ArgSlot.TILING: np.array(plan.tiling, dtype=np.uint32),
+        abi.ArgSlot.TILING: np.array(plan.tiling, dtype=np.uint32), **rope_dev,
     }
     if sinks_dev is not None:
         bufs[abi.ArgSlot.SINKS] = sinks_dev
@@ -161,11 +176,17 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     }
     if rc == 0:
         got = out.astype(np.float64) if dtype == "fp16" else from_bf16_bits(out).astype(np.float64)
-        ref = reference(as_tensor(q_dev, dtype), as_tensor(k_dev, dtype), as_tensor(v_dev, dtype),
-                        torch.from_numpy(table), lens, scale, Features(window_left=window, sinks=sinks_ref))
+        if mla:
+            ref = mla_reference(as_tensor(q_dev, dtype), as_tensor(rope_dev[abi.ArgSlot.Q_ROPE], dtype),
+                                as_tensor(k_dev, dtype), as_tensor(rope_dev[abi.ArgSlot.K_ROPE], dtype),
+                                torch.from_numpy(table), lens, scale)
+        else:
+            ref = reference(as_tensor(q_dev, dtype), as_tensor(k_dev, dtype), as_tensor(v_dev, dtype),
+                            torch.from_numpy(table), lens, scale, Features(window_left=window, sinks=sinks_ref))
         comparison = compare(torch.from_numpy(got), ref)
         result["passed"], result["summary"] = comparison.passed, comparison.summary()
         result["finite"] = bool(np.isfinite(got).all())
+        result["out_bits"] = out.view(np.uint16).tolist() if case.get("return_output") else None
         if case.get("lse"):
             lse_cmp = compare_lse(torch.from_numpy(lse_out), ref)
             result["lse_passed"], result["lse_summary"] = lse_cmp.passed, lse_cmp.summary()

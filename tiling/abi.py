@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 class ArgSlot(IntEnum):
@@ -102,9 +102,10 @@ class TilingWord(IntEnum):
     SINKS_DTYPE = 46
     LSE = 47
     ROPE_DIM = 48
+    MLA_RESCALE = 49
 
 
-TILING_HEADER_WORDS = 49
+TILING_HEADER_WORDS = 50
 
 SINKS_NONE = 0
 SINKS_FP32 = 1
@@ -131,6 +132,12 @@ FEATURES_ALL = 31
 MLA_LATENT_DIM = 512
 MLA_ROPE_DIM = 64
 MLA_MAX_HEADS = 128
+# The MLA task (ABI v5): every q head of a split, at most this many rows (heads x q_len), a hand-off of this many
+# tokens, and how the output accumulator is rescaled (word MLA_RESCALE).
+MLA_MAX_TASK_ROWS = 128
+MLA_HANDOFF_TOKENS = 128
+MLA_RESCALE_POW2 = 0
+MLA_RESCALE_PLAIN = 1
 
 
 class BatchField(IntEnum):

@@ -22,6 +22,7 @@ from tiling.rules import (
     requested_features,
     validate_dtype,
     validate_lengths,
+    validate_mla_rescale,
     validate_option,
     validate_plan_options,
     validate_q_len,
@@ -32,7 +33,7 @@ from tiling.rules import (
     validate_sinks_dtype,
     validate_window_left,
 )
-from tiling.splits import CoreSplit, Strategy, cap_task_rows, choose_tile, headnum_move, split_cores
+from tiling.splits import CoreSplit, Strategy, cap_task_rows, choose_tile, headnum_move, split_cores, split_mla
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
 #: ATB's PP_MM bucket for a single query token.
@@ -78,6 +79,8 @@ class PagedAttentionPlan:
     return_lse: bool = False
     #: MLA (ABI v4 word 48): the rope width R of an absorbed-MLA launch (``head_dim`` is then the latent's), or 0
     rope_dim: int = 0
+    #: MLA (ABI v5 word 49): how the NPU kernel rescales a task's output accumulator, 'plain' or 'pow2' (AMLA)
+    mla_rescale: str = "plain"
 
     @property
     def nonempty_batch(self) -> int:
@@ -132,7 +135,7 @@ def _header(words: np.ndarray, plan_split: CoreSplit, key: abi.TilingKey, **v: i
         t.HEADDIM_V_SPLIT_VECTOR_TAIL: min(d, abi.MAX_HEAD_DIM),
         t.HANDOFF_TOKENS: v["handoff_tokens"], t.SCORE_STAGE_ELEMS: v["score_stage_elems"],
         t.Q_LEN: v["q_len"], t.WINDOW_LEFT: v["window_left"] & UINT32_MASK, t.SINKS_DTYPE: v["sinks_code"],
-        t.LSE: v["lse"], t.ROPE_DIM: v["rope_dim"],
+        t.LSE: v["lse"], t.ROPE_DIM: v["rope_dim"], t.MLA_RESCALE: v["mla_rescale"],
     }
     for word, value in values.items():
         words[word] = value
@@ -198,6 +201,7 @@ def plan_paged_attention(
     sinks_dtype: str | None = None,
     return_lse: bool = False,
     rope_dim: int = 0,
+    mla_rescale: str = "plain",
 ) -> PagedAttentionPlan:
     """Plan one decode step.
 
@@ -219,12 +223,20 @@ def plan_paged_attention(
     (None, 'fp32', 'fp16', 'bf16') and ``return_lse``.
 
     MLA (docs/API.md, "MLA decode"): ``rope_dim`` = ``abi.MLA_ROPE_DIM`` plans an absorbed-MLA step, with ``head_dim``
-    the latent width (``abi.MLA_LATENT_DIM``) and ``num_kv_heads`` 1; every other option means what it means
-    for GQA (the latent is one KV head that all query heads share).
+    the latent width (``abi.MLA_LATENT_DIM``) and ``num_kv_heads`` 1.  Its tasks hold every q head of a token range
+    (ABI v5, :func:`tiling.splits.split_mla`: the latent is read once per split) and its hand-off is
+    ``abi.MLA_HANDOFF_TOKENS``; ``mla_rescale`` ('plain' or 'pow2') picks the NPU kernel's rescale of the output
+    accumulator (:func:`tiling.rules.validate_mla_rescale`).  Every other option means what it means for GQA.
     """
     validate_dtype(dtype)
-    validate_plan_options(strategy=strategy, batch_invariant=batch_invariant, handoff_tokens=handoff_tokens)
     rope_dim = validate_rope_dim(rope_dim)
+    if rope_dim and handoff_tokens not in (None, abi.MLA_HANDOFF_TOKENS):
+        raise ValueError(f"an MLA plan (rope_dim > 0) hands off {abi.MLA_HANDOFF_TOKENS} tokens (the latent tile the "
+                         f"NPU kernel keeps on chip); handoff_tokens must be None or {abi.MLA_HANDOFF_TOKENS}, got "
+                         f"{handoff_tokens!r}")
+    validate_plan_options(strategy=strategy, batch_invariant=batch_invariant,
+                          handoff_tokens=None if rope_dim else handoff_tokens)
+    rescale_word = validate_mla_rescale(mla_rescale, rope_dim)
     if rope_dim and batch_invariant:
         raise ValueError("batch_invariant=True is not planned for MLA (rope_dim > 0): its pinned tile does not fit "
                          "MLA's 512-wide latent")
@@ -251,22 +263,27 @@ def plan_paged_attention(
     tile = invariant_tile(block_size, head_dim) if batch_invariant else choose_tile(block_size, head_dim)
     if grid is not None:
         split = grid
+    elif rope_dim:
+        split = split_mla(batch, num_heads, max_kv, block_size, core_count, strategy, q_len)
     elif batch_invariant:
         split = split_invariant(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
     else:
         split = split_cores(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count, strategy)
-    if grid is None:
+    if grid is None and not rope_dim:
         split = cap_task_rows(split, q_len, num_heads, num_kv_heads, head_dim)
     gather = gather_order(read)
     if read.min() != read.max():  # departure 10; a pinned grid (given, forced, batch-invariant) only gets the order
         split, gather = balance_ragged(
             split, read, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
             head_dim=head_dim, core_count=core_count,
-            grid_fixed=grid is not None or batch_invariant or strategy != "auto")
-        if grid is None:  # the balancer's own grid is sized for one token: cut its tasks to the rows too
+            grid_fixed=grid is not None or batch_invariant or strategy != "auto" or bool(rope_dim))
+        if grid is None and not rope_dim:  # the balancer's own grid is sized for one token: cut its tasks to the rows
             split = cap_task_rows(split, q_len, num_heads, num_kv_heads, head_dim)
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
-    handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
+    if rope_dim:
+        handoff = abi.MLA_HANDOFF_TOKENS
+    else:
+        handoff = choose_handoff(split) if handoff_tokens is None else handoff_tokens
     stage = max_task_heads(split) * q_len * handoff if handoff else 0
     words = np.zeros(abi.tiling_words(batch), dtype=np.uint32)
     _header(
@@ -274,6 +291,7 @@ def plan_paged_attention(
         num_blocks=num_blocks, block_size=block_size, max_pages=max_pages, scale_bits=_float_bits(scale),
         max_kv=int(lens.max()), tile_tokens=tile.tile_tokens, handoff_tokens=handoff, score_stage_elems=stage,
         q_len=q_len, window_left=window_left, sinks_code=sinks_code, lse=int(return_lse), rope_dim=rope_dim,
+        mla_rescale=rescale_word,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
                   kv_core_num=split.kv_core_num, gather=gather, q_len=q_len)
@@ -289,5 +307,5 @@ def plan_paged_attention(
         block_size=block_size, max_pages=max_pages, num_blocks=num_blocks, dtype=dtype, scale=float(scale),
         context_lens=tuple(lens.tolist()), batch_invariant=batch_invariant,
         handoff_tokens=handoff or abi.DEFAULT_HANDOFF_TOKENS, q_len=q_len, window_left=window_left,
-        sinks_dtype=sinks_dtype, return_lse=bool(return_lse), rope_dim=rope_dim,
+        sinks_dtype=sinks_dtype, return_lse=bool(return_lse), rope_dim=rope_dim, mla_rescale=mla_rescale,
     )

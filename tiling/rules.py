@@ -50,6 +50,24 @@ def validate_mla_shape(*, num_heads: int, num_kv_heads: int, head_dim: int, rope
              f"MLA's num_heads must be in [1, {abi.MLA_MAX_HEADS}], got {num_heads}")
 
 
+#: ``mla_rescale`` names (docs/API.md, "MLA decode") and the tiling word value each plans.
+MLA_RESCALES: dict[str, int] = {"plain": abi.MLA_RESCALE_PLAIN, "pow2": abi.MLA_RESCALE_POW2}
+
+
+def validate_mla_rescale(mla_rescale: object, rope_dim: int) -> int:
+    """``mla_rescale``: how the NPU kernel rescales an MLA task's output accumulator, 'plain' (the exact running
+    max; the rows read, multiplied, written back) or 'pow2' (AMLA: the max on the grid of multiples of ln 2, the
+    rescale an integer add to the fp32 exponent, exact while no accumulator element is 0 or below 2^-62).  Only
+    MLA (``rope_dim`` > 0) has it; returns the value of tiling word MLA_RESCALE (0 without MLA)."""
+    if not isinstance(mla_rescale, str):
+        raise TypeError(f"mla_rescale must be one of {', '.join(map(repr, MLA_RESCALES))}, got {mla_rescale!r}")
+    _require(mla_rescale in MLA_RESCALES,
+             f"mla_rescale must be one of {', '.join(map(repr, MLA_RESCALES))}, got {mla_rescale!r}")
+    _require(bool(rope_dim) or mla_rescale == "plain",
+             f"mla_rescale={mla_rescale!r} applies to MLA launches (rope_dim > 0) only")
+    return MLA_RESCALES[mla_rescale] if rope_dim else 0
+
+
 def validate_rope_dim(rope_dim: object) -> int:
     """``rope_dim``: 0 (GQA/MQA/MHA) or ``abi.MLA_ROPE_DIM`` (an absorbed-MLA launch)."""
     if not isinstance(rope_dim, int | np.integer) or isinstance(rope_dim, bool):

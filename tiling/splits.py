@@ -310,6 +310,35 @@ def cap_task_rows(split: CoreSplit, q_len: int, num_heads: int, num_kv_heads: in
     )
 
 
+def mla_task_heads(num_heads: int, q_len: int) -> int:
+    """q heads of an MLA task (ABI v5): all of them, up to ``abi.MLA_MAX_TASK_ROWS`` rows of heads x q_len."""
+    return max(1, min(num_heads, abi.MLA_MAX_TASK_ROWS // q_len))
+
+
+def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_count: int, strategy: Strategy,
+              q_len: int) -> CoreSplit:
+    """The MLA task grid (ABI v5): each task holds every q head of its token range (:func:`mla_task_heads`), so a
+    sequence's latent is read once per split, whatever the head count.  The cores are filled by cutting each
+    sequence into page ranges of at least one MLA hand-off: in ``auto`` mode when the head tasks leave cores idle
+    (fewer than ``core_count``), always with ``split_kv`` (at least two ranges where the pages allow), never with
+    ``bn``.  The combine's cap bounds the ranges (``combine_split_limit`` at D 512)."""
+    head_split = mla_task_heads(num_heads, q_len)
+    head_tasks = ceil_div(num_heads, head_split) * batch
+    kv_align = _kv_align(max_kv, block_size)
+    kv_pages = kv_align // block_size
+    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
+    ranges = 1
+    if strategy == "split_kv" or (strategy == "auto" and head_tasks < core_count):
+        ranges = ceil_div(core_count, head_tasks) if head_tasks < core_count else 1
+        ranges = max(ranges, 2 if strategy == "split_kv" else 1)
+        ranges = min(ranges, max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
+    if ranges <= 1:
+        return one_pass_grid(batch, num_heads, 1, head_split, kv_align, 1, core_count)
+    pages_per_split = ceil_div(kv_pages, ranges)
+    return _split_kv_grid(batch, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM, pages_per_split, head_split,
+                          core_count)
+
+
 def headnum_move(num_heads: int, num_kv_heads: int, head_dim: int) -> int:
     """ATB: MHA with D <= 128 (a multiple of 16) loads two kv heads per K transfer."""
     aligned = head_dim % abi.TILE_ALIGN_TOKENS == 0 and head_dim <= MHA_HEADNUM_MOVE_MAX_DIM

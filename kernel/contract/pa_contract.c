@@ -207,9 +207,14 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     c->former_head = t[PA_TW_FORMER_HEAD];
     c->tail_head = t[PA_TW_TAIL_HEAD];
     uint32_t head_limit = c->num_heads < PA_HEAD_SPLIT_LIMIT ? c->num_heads : PA_HEAD_SPLIT_LIMIT;
-    { /* a task's rows are its heads x q_len, at most PA_MAX_TASK_ROWS and what o_tmp's half holds at D */
+    { /* a task's rows are its heads x q_len, at most PA_MAX_TASK_ROWS and what o_tmp's half holds at D; an MLA
+       * task (v5) holds up to PA_MLA_MAX_TASK_ROWS of every head, PA_HEAD_SPLIT_LIMIT aside */
         uint64_t rows = PA_O_TMP_HALF_ELEMS / round_up(c->head_dim, PA_TILE_ALIGN_TOKENS);
         rows = rows < PA_MAX_TASK_ROWS ? rows : PA_MAX_TASK_ROWS;
+        if (c->rope_dim) {
+            rows = PA_MLA_MAX_TASK_ROWS;
+            head_limit = c->num_heads;
+        }
         uint32_t rows_limit = rows / c->q_len ? (uint32_t)(rows / c->q_len) : 1;
         head_limit = head_limit < rows_limit ? head_limit : rows_limit;
     }
@@ -217,14 +222,16 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
                  "former + tail batches must equal DECODER_BS");
     if (c->former_batch) {
         REQUIRE_WORD(c->former_head >= 1 && c->former_head <= head_limit, PA_TW_FORMER_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)] (MLA: "
+                     "[1, min(num_heads, PA_MLA_MAX_TASK_ROWS / q_len)])");
         REQUIRE_WORD(group_move_ok(t[PA_TW_FORMER_GROUP_MOVE], c->former_head, c->group, c->kv_heads),
                      PA_TW_FORMER_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
     if (c->tail_batch) {
         REQUIRE_WORD(!c->split_kv, PA_TW_TAIL_BATCH, "split-KV keys have no tail pass");
         REQUIRE_WORD(c->tail_head >= 1 && c->tail_head <= head_limit, PA_TW_TAIL_HEAD,
-                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)]");
+                     "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)] (MLA: "
+                     "[1, min(num_heads, PA_MLA_MAX_TASK_ROWS / q_len)])");
         REQUIRE_WORD(group_move_ok(t[PA_TW_TAIL_GROUP_MOVE], c->tail_head, c->group, c->kv_heads),
                      PA_TW_TAIL_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
@@ -255,8 +262,13 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     uint32_t handoff = t[PA_TW_HANDOFF_TOKENS], stage = t[PA_TW_SCORE_STAGE_ELEMS];
     REQUIRE_WORD((handoff == 0) == (stage == 0), PA_TW_SCORE_STAGE_ELEMS,
                  "hand-off size and S/P stage are both 0 (v1 scratch) or both set (v2)");
-    REQUIRE_WORD(handoff % PA_HANDOFF_ALIGN_TOKENS == 0, PA_TW_HANDOFF_TOKENS,
-                 "hand-off size must be a multiple of PA_HANDOFF_ALIGN_TOKENS");
+    if (c->rope_dim) {
+        REQUIRE_WORD(handoff == PA_MLA_HANDOFF_TOKENS, PA_TW_HANDOFF_TOKENS,
+                     "an MLA launch's hand-off must be PA_MLA_HANDOFF_TOKENS");
+    } else {
+        REQUIRE_WORD(handoff % PA_HANDOFF_ALIGN_TOKENS == 0, PA_TW_HANDOFF_TOKENS,
+                     "hand-off size must be a multiple of PA_HANDOFF_ALIGN_TOKENS");
+    }
     c->handoff_tokens = handoff ? handoff : PA_DEFAULT_HANDOFF_TOKENS;
     c->s_half = stage ? stage : PA_S_HALF_ELEMS;
     c->p_half = stage ? stage : PA_P_HALF_ELEMS;
@@ -265,8 +277,8 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
     REQUIRE_WORD(heads * tile_cols <= PA_S_HALF_ELEMS && heads * tile_cols <= c->s_half &&
                      heads * tile_cols <= c->p_half, PA_TW_BLOCKSIZE_CALC,
                  "heads x q_len x round16(tile) exceeds the S/P scratch half");
-    REQUIRE_WORD(heads * round_up(c->head_dim, PA_TILE_ALIGN_TOKENS) <= PA_O_TMP_HALF_ELEMS, PA_TW_HEADDIM,
-                 "heads x q_len x round16(D) exceeds the o_tmp scratch half");
+    REQUIRE_WORD(c->rope_dim || heads * round_up(c->head_dim, PA_TILE_ALIGN_TOKENS) <= PA_O_TMP_HALF_ELEMS,
+                 PA_TW_HEADDIM, "heads x q_len x round16(D) exceeds the o_tmp scratch half");
     return PA_OK;
 }
 
@@ -279,6 +291,8 @@ static int32_t check_feature_words(pa_contract *c, const uint32_t *t, pa_mock_er
     REQUIRE_WORD(t[PA_TW_LSE] <= 1, PA_TW_LSE, "must be 0 or 1");
     REQUIRE_WORD(c->rope_dim == 0 || c->rope_dim == PA_MLA_ROPE_DIM, PA_TW_ROPE_DIM,
                  "rope width must be 0 (not MLA) or PA_MLA_ROPE_DIM");
+    REQUIRE_WORD(t[PA_TW_MLA_RESCALE] == 0 || (c->rope_dim && t[PA_TW_MLA_RESCALE] == PA_MLA_RESCALE_PLAIN),
+                 PA_TW_MLA_RESCALE, "the MLA rescale must be one of PA_MLA_RESCALE_* under MLA, 0 otherwise");
     return PA_OK;
 }
 

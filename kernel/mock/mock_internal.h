@@ -46,8 +46,11 @@ typedef struct pa_where {
 
 /* The widest q/o row of any launch: MLA's latent (GQA heads are at most PA_MAX_HEAD_DIM). */
 #define PA_MOCK_MAX_ROW_DIM PA_MLA_LATENT_DIM
-/* Elements of a task's q rows (and of its running output): rows x D is at most o_tmp's half (the contract). */
-#define PA_TASK_ELEMS PA_O_TMP_HALF_ELEMS
+/* Elements of a task's q rows (and of its running output): rows x D is at most o_tmp's half (the contract), or an
+ * MLA task's PA_MLA_MAX_TASK_ROWS x 512 (ABI v5: o_tmp's whole core stride). */
+#define PA_TASK_ELEMS                                                                                              \
+    (PA_MLA_MAX_TASK_ROWS * PA_MLA_LATENT_DIM > PA_O_TMP_HALF_ELEMS ? PA_MLA_MAX_TASK_ROWS * PA_MLA_LATENT_DIM      \
+                                                                     : PA_O_TMP_HALF_ELEMS)
 
 /* Rows of one task: q heads x query tokens, row i * q_len + t is head head0 + i, token t (the rows that
  * share a kv head are adjacent). */

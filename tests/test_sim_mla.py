@@ -1,0 +1,114 @@
+"""The NPU kernel's MLA path (ABI v5, issue #39) on the device-path simulation (``libpa_sim.so``).
+
+Each launch is planned by the planner (``rope_dim=64``), with inputs fresh per case, pages shuffled over more pages
+than needed, output, lse and workspace NaN-poisoned (:func:`test_sim_kernel.run_case`), and judged by the one float64
+golden (:func:`accuracy.reference.mla_reference`).  Both rescales of the output accumulator run: AMLA's (the
+running max on the grid of multiples of ln 2, the rescale an integer add to the accumulator's fp32 bits) and the
+plain one (read, multiply, write back).  The hazard sweep covers the MLA path's edges (tests/test_sim_hazards.py).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from test_sim_kernel import needs_sim, run_case, run_in_child  # noqa: E402
+
+from tiling import abi  # noqa: E402
+
+RESCALES = ("plain", "pow2")
+#: The mock's MLA factors (tests/test_mla_mock.py CASES): every head count DeepSeek-V3 runs at TP 1..8, q_len 1, 2
+#: (MTP), 4 and 16, fp16/bf16, pages of 16..128 tokens, each strategy.
+CASES: list[dict[str, Any]] = [
+    dict(hq=16, q_len=1, dtype="fp16", bs=64, strategy="auto"),
+    dict(hq=16, q_len=4, dtype="bf16", bs=128, strategy="bn"),
+    dict(hq=32, q_len=1, dtype="bf16", bs=128, strategy="auto"),
+    dict(hq=32, q_len=2, dtype="fp16", bs=64, strategy="split_kv"),
+    dict(hq=64, q_len=1, dtype="fp16", bs=128, strategy="split_kv"),
+    dict(hq=64, q_len=2, dtype="bf16", bs=64, strategy="auto"),
+    dict(hq=128, q_len=1, dtype="bf16", bs=64, strategy="bn"),
+    dict(hq=128, q_len=2, dtype="fp16", bs=128, strategy="auto"),
+    dict(hq=7, q_len=16, dtype="bf16", bs=16, strategy="auto"),
+    dict(hq=1, q_len=1, dtype="fp16", bs=32, strategy="split_kv"),
+]
+LATENT_ROW_BYTES = (abi.MLA_LATENT_DIM + abi.MLA_ROPE_DIM) * 2
+
+
+def mla_case(index: int, rescale: str, **extra: Any) -> dict[str, Any]:
+    """Case `index` as a run_case spec: a ragged batch with an empty row, a one-token row and a multi-unit one."""
+    spec = CASES[index]
+    q = spec["q_len"]
+    return {**spec, "mla": rescale, "lens": [0, q, q + 45, 300 + q, 611], "cores": 8, "lse": True,
+            "seed": 100 + index, **extra}
+
+
+def case_id(index: int) -> str:
+    return "-".join(f"{k}{v}" for k, v in CASES[index].items())
+
+
+def passed(res: dict[str, Any]) -> None:
+    assert res["rc"] == 0, res["err"]["message"]
+    assert res["passed"], (res.get("summary"), res.get("lse_summary"))
+
+
+@needs_sim
+@pytest.mark.parametrize("rescale", RESCALES)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=case_id)
+def test_mla_case_on_the_device_path_matches_the_golden(index: int, rescale: str) -> None:
+    passed(run_case(mla_case(index, rescale)))
+
+
+@needs_sim
+def test_each_latent_byte_is_read_once_per_split() -> None:
+    """128 heads in one task read each latent and rope byte of a sequence once, as 16 heads do; a split-KV plan reads
+    each split's range once (the splits cover each sequence once)."""
+    lens = [611, 0, 300, 1]
+    expected = sum(lens) * LATENT_ROW_BYTES
+    for hq, strategy in ((128, "bn"), (16, "bn"), (64, "split_kv")):
+        res = run_case({"mla": "plain", "hq": hq, "q_len": 1, "dtype": "fp16", "bs": 64, "lens": lens, "cores": 4,
+                        "strategy": strategy})
+        passed(res)
+        if strategy == "split_kv":
+            assert res["kvcn"] > 1
+        assert res["stats"]["kv_read_bytes"] == expected, (hq, strategy, res["stats"]["kv_read_bytes"], expected)
+
+
+@needs_sim
+def test_the_two_rescales_agree_within_tolerance_and_differ_where_amla_is_not_exact() -> None:
+    """Both rescales pass the golden and give different bits (AMLA's max sits up to ln 2 above the exact one, so
+    P = exp(S - m) rounds differently).  They part where AMLA's integer add is not a multiply: a latent column that
+    is 0 in every token leaves that column of the accumulator +0.0, and adding n * 2^23 (n < 0) to the bits of +0.0
+    makes a huge negative number or -inf; the plain multiply keeps 0 (docs/API.md, ``mla_rescale``)."""
+    base = {"hq": 16, "q_len": 1, "dtype": "fp16", "bs": 64, "lens": [611], "cores": 1, "strategy": "bn",
+            "return_output": True, "seed": 7}
+    plain, pow2 = run_case({**base, "mla": "plain"}), run_case({**base, "mla": "pow2"})
+    passed(plain)
+    passed(pow2)
+    assert plain["out_bits"] != pow2["out_bits"]
+    zero = {**base, "zero_latent_column": 100, "return_output": False}
+    passed(run_case({**zero, "mla": "plain"}))
+    amla = run_case({**zero, "mla": "pow2"})
+    assert amla["rc"] != 0 or not amla["passed"], "AMLA's exponent add kept a zero column exact"
+
+
+SEEDS = [random.SystemRandom().randrange(1, 2**53) for _ in range(3)]
+
+
+@needs_sim
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
+def test_mla_on_fresh_seeds(seed: int) -> None:
+    """Interleavings, pipes out of order and hostile on-chip state from a fresh seed (printed): 128 heads with MTP
+    on split-KV, and 16 heads of bf16, under each rescale."""
+    print(f"PA_SIM_SEED={seed}")
+    for spec in (mla_case(7, "pow2", strategy="split_kv"), mla_case(0, "plain", dtype="bf16")):
+        res = run_in_child(spec, env={"PA_SIM_SEED": str(seed)})
+        assert res["rc"] == 0, f"PA_SIM_SEED={seed}: {res['err']['message']}"
+        assert res["passed"], f"PA_SIM_SEED={seed}: {res.get('summary')}"
