@@ -1,15 +1,20 @@
 /*
- * AMLA's running maximum (MLA under PA_MLA_RESCALE_POW2): kept on the grid of multiples of ln 2, so every rescale
- * factor of the output accumulator is a power of two, 2^n with an integer n <= 0, which the vectors apply as an
- * integer add of n * 2^23 to the accumulator's fp32 bits in GM (pa_vector_mla.hpp).
+ * The running maximum of an MLA task's rows (pa_vector_mla.hpp): lazy, and for AMLA on a grid of powers of two.
  *
- * The grid index of a row max x is k = round_half_even(x * log2(e) + 0.5) >= x * log2(e), computed in fp32 by adding
- * and subtracting 1.5 * 2^23 (the sum's rounding is the integer rounding while |x * log2(e)| < 2^22); the row's max
- * is then m = k * ln 2 >= x (to fp32 rounding), so P = exp(S - m) <= 1 as with the exact max.  k is kept beside m:
- * re-deriving it from m would round up again.  A row whose keys of a unit are all masked has x near -1e30, where the
- * add rounds to nothing; its n is then far below the int32 shift range and is clamped to -kAmlaMaxShift (the
- * accumulator then keeps 2^-64 of what such a unit added, next to at least one full term; the l rescale uses the
- * unclamped factor, 0).
+ * Lazy: the reference max m of a row moves only when a unit's row max x exceeds it by more than the headroom h
+ * (kMlaHeadroomLog2 powers of two), and then to x - h, so P = exp(S - m) <= e^h = 256 (an fp16 or bf16 P holds it;
+ * l and the accumulator are fp32).  Most units move no row's m, and the vectors then hand P over to the cube without
+ * waiting for the previous unit's P.V or touching the accumulator: the cube never waits on a rescale in steady
+ * state.  A unit that moves some row's m rescales the accumulator's rows by dm = exp(m_old - m_new) (1 for a row
+ * whose m stays) between the previous unit's P.V and its own.
+ *
+ * AMLA (PA_MLA_RESCALE_POW2): m = k ln 2 for an integer grid index k, so dm = 2^n with n = k_old - k_new <= 0, which
+ * the vectors apply as an integer add of n * 2^23 to the accumulator's fp32 bits (write-only).  The grid index of
+ * x is k = round_half_even(x * log2(e) + 0.5) >= x * log2(e), computed in fp32 by adding and subtracting 1.5 * 2^23
+ * (the sum's rounding is the integer rounding while |x * log2(e)| < 2^22); k is kept beside m (re-deriving it from m
+ * would round up again).  A row whose keys of a unit are all masked has x near -1e30, where the add rounds to
+ * nothing; its n is then far below the int32 shift range and is clamped to -kAmlaMaxShift (the accumulator keeps
+ * 2^-64 of what such a unit added, next to at least one full term; l's rescale uses the unclamped factor, 0).
  */
 #ifndef PA_AMLA_HPP
 #define PA_AMLA_HPP
@@ -26,8 +31,10 @@ constexpr float kRoundMagic = 12582912.0f;
 constexpr float kExponentUnit = 8388608.0f;
 /* The largest shift applied: 2^-64 of a term is far below fp32's resolution of the terms after it. */
 constexpr float kAmlaMaxShift = 64.0f;
+/* The headroom h of the lazy max, in powers of two: P <= 2^8. */
+constexpr float kMlaHeadroomLog2 = 8.0f;
 
-/* k = the grid index of x (rows of one group), in place over `k` (k may alias x only at u == 0). */
+/* k = the grid index of x (rows of one group); k may be x. */
 template <typename Row>
 AICORE inline void GridIndex(Row &k, Row &x)
 {
@@ -41,22 +48,44 @@ AICORE inline void GridIndex(Row &k, Row &x)
     VecBarrier(kEdgeBarGrid);
 }
 
-/* The running max after unit u of a group whose unit row max is lm: m (the grid max), k (its index), and for u > 0
- * dm = 2^n (the rescale of l) and negShift = min(-n, kAmlaMaxShift) * 2^23 (what the accumulator's bits lose);
- * tmp is scratch.  The caller puts a V barrier before (lm) and after. */
+/* The rows' lazy max after unit u, exact (PA_MLA_RESCALE_PLAIN): m (in place), whose unit row max is x; for u > 0
+ * dm = exp(m_old - m_new) and rise = m_new - m_old >= 0 (0 where m stays).  The caller barriers before and after. */
 template <typename Row>
-AICORE inline void AmlaMax(uint32_t u, Row &m, Row &k, Row &lm, Row &dm, Row &negShift, Row &tmp)
+AICORE inline void LazyMax(uint32_t u, Row &m, Row &x, Row &dm, Row &rise, Row &tmp)
 {
     if (u == 0) {
-        GridIndex(k, lm);
+        AddS(m, x, 0.0f);
+        return;
+    }
+    AddS(tmp, x, -kMlaHeadroomLog2 * kLn2);
+    VecBarrier(kEdgeBarGrid);
+    Max(tmp, tmp, m); /* the new m */
+    VecBarrier(kEdgeBarGrid);
+    Sub(dm, m, tmp);
+    Sub(rise, tmp, m);
+    VecBarrier(kEdgeBarGrid);
+    AddS(m, tmp, 0.0f);
+    Exp(dm, dm);
+}
+
+/* The same on AMLA's grid (PA_MLA_RESCALE_POW2): k and m = k ln 2 (in place), and for u > 0 dm = 2^n, rise = -n,
+ * negShift = min(-n, kAmlaMaxShift) * 2^23 (what the accumulator's bits lose). */
+template <typename Row>
+AICORE inline void LazyGridMax(uint32_t u, Row &m, Row &k, Row &x, Row &dm, Row &rise, Row &negShift, Row &tmp)
+{
+    if (u == 0) {
+        GridIndex(k, x);
         MulS(m, k, kLn2);
         return;
     }
-    GridIndex(tmp, lm);
-    Max(tmp, tmp, k); /* the new index */
+    GridIndex(tmp, x);
+    AddS(tmp, tmp, -kMlaHeadroomLog2);
     VecBarrier(kEdgeBarGrid);
-    Sub(dm, k, tmp); /* n <= 0 */
+    Max(tmp, tmp, k); /* the new index */
     Fill(negShift, -kAmlaMaxShift);
+    VecBarrier(kEdgeBarGrid);
+    Sub(dm, k, tmp);   /* n <= 0 */
+    Sub(rise, tmp, k); /* -n */
     VecBarrier(kEdgeBarGrid);
     AddS(k, tmp, 0.0f);
     Max(negShift, negShift, dm);

@@ -85,7 +85,8 @@ enum Edge : int {
     kEdgeBarLseSum,     /* V barrier: ln l + m -> spread into one block per row for the strided store       */
     kEdgeBarMask,       /* V barrier: S * scale and the mask's penalty row -> S - penalty                   */
     kEdgeBarMaskFill,   /* V barrier: one fill of the penalty row -> the next fill over its first columns    */
-    kEdgeBarGrid,       /* V barrier: MLA's power-of-two max, each step of its grid rounding -> the next         */
+    kEdgeBarGrid,       /* V barrier: MLA's lazy max (pa_amla.hpp), each step -> the next                        */
+    kEdgeBarRise,       /* V barrier: MLA: a group's largest rise -> the sub-core's                              */
     kEdgeSinkLoaded,    /* MTE2 -> V     ev 4: the sinks of a task's rows are in UB                         */
     kEdgeSinkUbFree,    /* V -> MTE2     ev 4: the sinks' UB buffers were read                              */
     kEdgeBarSinkWiden,  /* V barrier: 16-bit sinks -> fp32 -> sink - m                                      */
@@ -96,6 +97,7 @@ enum Edge : int {
     kEdgeLseLoaded,     /* MTE2 -> V     ev 2: a head's lse row is in UB                                    */
     kEdgeLseUbFree,     /* V -> MTE2     ev 2: the weights (a view of the lse row) were used                */
     kEdgeMaxToScalar,   /* V -> S        ev 0: max lse is in UB for the scalar read                         */
+    kEdgeRiseToScalar,  /* V -> S        ev 2: MLA: a unit's largest rise of a row max is in UB for the scalar   */
     kEdgeSumToScalar,   /* V -> S        ev 1: sum of weights is in UB for the scalar read                  */
     kEdgeChunkLoaded,   /* MTE2 -> V     ev 3: a chunk of partial rows is in UB                             */
     kEdgeChunkUbFree,   /* V -> MTE2     ev 3: the chunk was weighted and summed                            */
@@ -153,6 +155,7 @@ constexpr Flag<kPipeMte2, kPipeV> kLseLoaded{2, kEdgeLseLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kLseUbFree{2, kEdgeLseUbFree};
 constexpr Flag<kPipeV, kPipeS> kMaxToScalar{0, kEdgeMaxToScalar};
 constexpr Flag<kPipeV, kPipeS> kSumToScalar{1, kEdgeSumToScalar};
+constexpr Flag<kPipeV, kPipeS> kRiseToScalar{2, kEdgeRiseToScalar};
 constexpr Flag<kPipeMte2, kPipeV> kChunkLoaded{3, kEdgeChunkLoaded};
 constexpr Flag<kPipeV, kPipeMte2> kChunkUbFree{3, kEdgeChunkUbFree};
 constexpr Flag<kPipeV, kPipeMte3> kCombOutReady{2, kEdgeCombOutReady};

@@ -118,6 +118,8 @@ struct VectorCore {
         kColLse,
         kColSink,    /* the rows' sinks in fp32, then exp(sink - m) */
         kColSinkRaw, /* the rows' sinks as loaded, when they are 16-bit */
+        kColRise,     /* MLA: how far a unit moved each row's max (pa_amla.hpp) */
+        kColDecision, /* MLA: the largest rise over the sub-core's groups, for the scalar unit */
         kTempSlots
     };
     static constexpr uint32_t kUbTemps = kUbTokenCols + kTokenSlots * PA_MAX_Q_LEN * kColBytes;
@@ -306,9 +308,14 @@ struct VectorCore {
             if (!onePiece) SetFlag(kSUbFree);
         }
         VecBarrier(kEdgeBarRowMax);
-        if (PowerOfTwoMax()) {
-            Row kRow = RowAt(TokenSlot(kColK0 + parity), g), shiftRow = RowAt(kColShift, g);
-            AmlaMax(u, gmRow, kRow, lmRow, dmRow, shiftRow, hmRow);
+        if constexpr (DCap == kMlaD) { /* the lazy max of pa_amla.hpp */
+            Row riseRow = RowAt(kColRise, g);
+            if (PowerOfTwoMax()) {
+                Row kRow = RowAt(TokenSlot(kColK0 + parity), g), shiftRow = RowAt(kColShift, g);
+                LazyGridMax(u, gmRow, kRow, lmRow, dmRow, riseRow, shiftRow, hmRow);
+            } else {
+                LazyMax(u, gmRow, lmRow, dmRow, riseRow, hmRow);
+            }
         } else if (u == 0) {
             AddS(gmRow, lmRow, 0.0f);
         } else {

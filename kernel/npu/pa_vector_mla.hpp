@@ -145,7 +145,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         });
     }
 
-    /* The previous unit's P.V is in GM; its task's output after its last unit. */
+    /* A unit's P.V is in GM (its UpdateReady consumed); its task's output after its last unit. */
     AICORE inline void Retire(const Pending &pd)
     {
         SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
@@ -154,21 +154,67 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
     }
 
-    /* The mirror of the cube's pipeline: softmax(u), the previous unit retired, rescale(u), then P(u) is handed over.
-     * The cube computes Q.K^T(u + 1) meanwhile; its P.V(u) waits for the hand-over. */
+    /* Units handed to the cube whose P.V this sub-core has not yet waited for, oldest first: at most two (the one
+     * before the current unit may stay outstanding while no rescale needs it). */
+    struct Queue {
+        Pending unit[2];
+        uint32_t count = 0;
+    };
+    AICORE inline void RetireOldest(Queue &q)
+    {
+        Retire(q.unit[0]);
+        q.unit[0] = q.unit[1];
+        --q.count;
+    }
+
+    /* Whether unit u moved the max of any of this sub-core's rows (so the accumulator needs its rescale): the
+     * largest rise over the groups (pa_amla.hpp), read by the scalar unit.  Its groups' rises were folded in by
+     * FoldRise. */
+    AICORE inline bool RowsMoved(uint32_t u, uint32_t r)
+    {
+        if (u == 0 || r == 0) return false;
+        typename Base::Row decision(1);
+        Assign(decision, Base::SlotAddr(Base::kColDecision, TokenRows{}));
+        Handoff(kRiseToScalar);
+        return ScalarRead(decision, 0) > 0.0f;
+    }
+    /* The largest rise of group g folded into the sub-core's (group 0 starts it). */
+    AICORE inline void FoldRise(const TokenRows &g)
+    {
+        Row rise = this->RowAt(Base::kColRise, g), tmp = this->RowAt(Base::kColHm, g);
+        Col first(1), next(1);
+        Assign(first, Base::SlotAddr(Base::kColDecision, g));
+        Assign(next, Base::SlotAddr(Base::kColPiece, g));
+        VecBarrier(kEdgeBarRise);
+        if (g.group == 0) {
+            RowMax(first, rise, tmp);
+            return;
+        }
+        RowMax(next, rise, tmp);
+        typename Base::Row acc(1), one(1);
+        Assign(acc, Base::SlotAddr(Base::kColDecision, g));
+        Assign(one, Base::SlotAddr(Base::kColPiece, g));
+        VecBarrier(kEdgeBarRise);
+        Max(acc, acc, one);
+    }
+
+    /* The mirror of the cube's pipeline.  Per unit: softmax(u) of every group, then the units whose P.V must be in
+     * GM: every unit of an earlier task (its output reads the accumulator, which the next task's first P.V
+     * overwrites), the unit before last, and the last one only when unit u moved some row's max (the rescale goes
+     * between that P.V and the next); then the rescale; then P(u) is handed over.  Without a rescale the cube's
+     * P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the cube never waits
+     * for a rescale. */
     AICORE inline void Run(uint32_t blockNum)
     {
         Base::ForEachFreeFlag([](auto f) { SetFlag(f); });
-        Pending pending{};
-        bool havePending = false;
+        Queue queue;
         uint32_t taskCounter = 0;
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             const uint32_t half = tk.headCount / kVecSubCores;
             const uint32_t row0 = sub == 0 ? 0 : half;
             const uint32_t r = sub == 0 ? half : tk.headCount - half;
             if (tk.empty) {
-                if (havePending) Retire(pending);
-                havePending = false;
+                while (queue.count != 0) RetireOldest(queue);
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 this->WriteZeros(tk, row0, r);
                 return;
@@ -182,17 +228,20 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
                 this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
                     this->SoftmaxRows(tk, u, stage, parity, g);
                     UpdateL(u, stage, parity, g);
+                    if (u != 0) FoldRise(g);
                 });
-                if (havePending) Retire(pending);
+                const bool moved = RowsMoved(u, r);
+                while (queue.count != 0 && (queue.unit[0].u + 1 == queue.unit[0].units || queue.count == 2 || moved)) {
+                    RetireOldest(queue);
+                }
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 SetUnit(u);
-                if (u != 0) Rescale(tk, stage, row0, r);
+                if (moved) Rescale(tk, stage, row0, r);
                 SignalCube(SoftmaxReady(stage));
-                pending = Pending{tk, row0, r, u, units, stage, parity};
-                havePending = true;
+                queue.unit[queue.count++] = Pending{tk, row0, r, u, units, stage, parity};
             }
         });
-        if (havePending) Retire(pending);
+        while (queue.count != 0) RetireOldest(queue);
         Base::ForEachFreeFlag([](auto f) { DrainFlag(f); });
         if (t.SplitKv()) {
             VectorBarrier();
