@@ -83,7 +83,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Child-process body: plan, launch once, compare.  Returns figures for the parent.  ``"mla": "pow2"`` or
     ``"plain"`` makes it an absorbed-MLA launch (D 512 latent, its rope part, ``hkv`` 1) with that rescale;
     ``"zero_latent_column": c`` zeroes latent column c of every page (the one input AMLA's integer rescale
-    does not keep exact)."""
+    does not keep exact); ``"boost_last_page": f`` scales sequence 0's last page of keys by f (its scores rise
+    there, so the running max moves in a later unit)."""
     rng = np.random.default_rng(case.get("seed", 0))
     mla = case.get("mla")
     if mla:
@@ -118,6 +119,10 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         pages = -(-n // bs)
         table[b, :pages] = ids[used : used + pages]
         used += pages
+    if "boost_last_page" in case:  # sequence 0's last page of keys scaled (values too, under MLA's one cache)
+        page = int(table[0, -(-lens[0] // bs) - 1])
+        exact = k_dev[page].astype(np.float64) if dtype == "fp16" else from_bf16_bits(k_dev[page]).astype(np.float64)
+        k_dev[page] = quantize(exact * case["boost_last_page"], dtype)[0]
     if case.get("bad_block_id"):
         table[lens.index(next(n for n in lens if n > 0)), 0] = num_blocks + 3
     window = case.get("window", -1)

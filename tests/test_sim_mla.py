@@ -86,14 +86,15 @@ def test_the_two_rescales_agree_within_tolerance_and_differ_where_amla_is_not_ex
     """Both rescales pass the golden and give different bits (AMLA's max sits up to ln 2 above the exact one, so
     P = exp(S - m) rounds differently).  They part where AMLA's integer add is not a multiply: a latent column that
     is 0 in every token leaves that column of the accumulator +0.0, and adding n * 2^23 (n < 0) to the bits of +0.0
-    makes a huge negative number or -inf; the plain multiply keeps 0 (docs/API.md, ``mla_rescale``)."""
+    makes a huge negative number or -inf; the plain multiply keeps 0 (docs/API.md, ``mla_rescale``).  The last
+    page's keys are scaled up so that the running max moves in a later unit (a rescale happens)."""
     base = {"hq": 16, "q_len": 1, "dtype": "fp16", "bs": 64, "lens": [611], "cores": 1, "strategy": "bn",
             "return_output": True, "seed": 7}
     plain, pow2 = run_case({**base, "mla": "plain"}), run_case({**base, "mla": "pow2"})
     passed(plain)
     passed(pow2)
     assert plain["out_bits"] != pow2["out_bits"]
-    zero = {**base, "zero_latent_column": 100, "return_output": False}
+    zero = {**base, "zero_latent_column": 100, "return_output": False, "boost_last_page": 3.0}
     passed(run_case({**zero, "mla": "plain"}))
     amla = run_case({**zero, "mla": "pow2"})
     assert amla["rc"] != 0 or not amla["passed"], "AMLA's exponent add kept a zero column exact"

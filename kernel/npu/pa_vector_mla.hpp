@@ -2,18 +2,19 @@
  * Vector side of MLA (ABI v5): the softmax of pa_vector.hpp over a task's rows in groups of at most kVecRows, with the
  * output accumulating in GM, where the cube adds each unit's P.V (pa_cube_mla.hpp): the core's o_tmp stride holds a
  * task's rows x 512 in fp32.  Per unit u (stage = global unit % 2):
- *   softmax(u): S -> P (GM), the running max m, dm = the rescale of the rows, l = dm * l + l_u;
- *   the previous unit's P.V is waited for (and a finished task's output written from GM);
- *   rescale(u > 0): the accumulator's rows times dm, before the cube adds P.V(u);
- *   then the cube is told P(u) is in GM and the accumulator is ready for it.
+ *   softmax(u): S -> P (GM) against each row's lazy running max (pa_amla.hpp), l = dm * l + l_u;
+ *   the units whose P.V must have landed are waited for (and a finished task's output written from GM);
+ *   rescale(u), only when unit u moved some row's max: the accumulator's rows times dm, between P.V(u - 1) and
+ *   P.V(u);
+ *   then the cube is told P(u) is in GM.
+ * The cube computes Q.K^T(u + 1) meanwhile; its P.V(u) waits for the hand-over only.
  * The rescale (PA_TW_MLA_RESCALE):
- *   PA_MLA_RESCALE_POW2 (AMLA): the running max is kept on the grid of multiples of ln 2 (rounded up: P <= 1
- *   still), so dm = 2^n for an integer n <= 0 and the rows are rescaled by adding n * 2^23 to their fp32 bits: one
- *   int32 store-atomic add into GM per row, nothing read back.  Exact for normal fp32 values whose exponent stays
- *   normal, like the multiply; an accumulator element that is exactly 0 (or would fall below 2^-126) is not: adding
- *   to the bits of +0 gives a negative number.  P.V of fresh data is never exactly 0 in practice; the plain rescale
- *   is the one for inputs where it may be (docs/API.md, mla_rescale).
- *   PA_MLA_RESCALE_PLAIN: the exact running max; the rows are read, multiplied by dm and written back.
+ *   PA_MLA_RESCALE_PLAIN: the rows are read, multiplied by dm and written back.
+ *   PA_MLA_RESCALE_POW2 (AMLA): the max is kept on the grid of multiples of ln 2, so dm = 2^n for an integer n <= 0,
+ *   and the rows are rescaled by adding n * 2^23 to their fp32 bits: one int32 store-atomic add into GM per row run,
+ *   nothing read back.  Exact for fp32 values whose exponent stays normal, like the multiply; an accumulator element
+ *   that is exactly 0 (or would fall below 2^-126) is not: adding to the bits of +0 gives a negative number.  P.V of
+ *   dense latents is never exactly 0; a latent column that is 0 in every token is (docs/API.md, mla_rescale).
  */
 #ifndef PA_VECTOR_MLA_HPP
 #define PA_VECTOR_MLA_HPP
