@@ -60,7 +60,7 @@ constexpr int kMlaK = kMlaD + kMlaRope;      /* Q.K^T's inner length            
 constexpr int kMlaRows = PA_MLA_MAX_TASK_ROWS; /* matmul M: every row of a task                               */
 constexpr int kMlaTok = PA_MLA_HANDOFF_TOKENS; /* tokens of a unit: the latent tile's columns                 */
 constexpr int kMlaKChunk = 64;                 /* Q.K^T's inner length per matmul (L0A/L0B double buffers)     */
-constexpr int kMlaVCols = 128;                 /* P.V's output columns per matmul (one L0C accumulator)       */
+constexpr int kMlaVCols = 64;                  /* P.V's output columns per matmul (two L0C accumulators, alternating) */
 static_assert(kMlaRows * kMlaD <= PA_O_TMP_CORE_STRIDE_ELEMS, "an MLA task's output fits its core's o_tmp");
 static_assert(kMlaD % kMlaKChunk == 0 && kMlaRope == kMlaKChunk && kMlaD % kMlaVCols == 0, "MLA matmul chunks");
 

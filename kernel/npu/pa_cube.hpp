@@ -29,6 +29,7 @@ struct CubeCore {
         fn(kQLeftFree);
         fn(kPL1Free);
         fn(kOAccFree);
+        fn(OAccFree(1));
         fn(kPLeftFree);
         for (uint32_t b = 0; b < 2; ++b) {
             fn(KvL1Free(b));

@@ -53,45 +53,40 @@ struct MlaPath {
     /* One 16-column block of Q in L1 (NZ): kMlaRows rows x 16. */
     static constexpr uint32_t kQBlockBytes = kMlaRows * 16 * sizeof(T);
 
-    /* On-chip layout (bytes).  L1: Q | two K^T tiles | P.  L0A: two Q chunks | P.  L0B: two operands (a K chunk
-     * uses half of one).  L0C: S | one P.V slice. */
+    /* On-chip layout (bytes).  L1: Q | two K^T tiles | P.  L0A: two Q chunks | P.  L0B: two operands.  L0C: S | two
+     * P.V slice accumulators (FIX stores one while M fills the other). */
     static constexpr uint32_t kL1Q = 0;
     static constexpr uint32_t kL1Kv0 = AlignUp(QMat::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL1KvBytes = AlignUp(KAll::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL1P = kL1Kv0 + 2 * kL1KvBytes;
     static constexpr uint32_t kL0aQBytes = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL0aP = 2 * kL0aQBytes;
-    static constexpr uint32_t kL0bBytes = AlignUp(VRight::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL0bBytes = AlignUp(KRight::Numel > VRight::Numel ? KRight::Numel * sizeof(T)
+                                                                                 : VRight::Numel * sizeof(T),
+                                                  kOnChipAlign);
     static constexpr uint32_t kL0cS = 0;
     static constexpr uint32_t kL0cO = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
+    static constexpr uint32_t kL0cOBytes = AlignUp(OAcc::Numel * sizeof(float), kOnChipAlign);
     static_assert(kL1P + PMat::Numel * sizeof(T) <= kL1Bytes, "MLA L1 plan overflows");
     static_assert(kL0aP + PLeft::Numel * sizeof(T) <= kL0aBytes, "MLA L0A plan overflows");
-    static_assert(KRight::Numel <= VRight::Numel && 2 * kL0bBytes <= pa::kL0bBytes, "MLA L0B plan overflows");
-    static_assert(kL0cO + OAcc::Numel * sizeof(float) <= kL0cBytes, "MLA L0C plan overflows");
+    static_assert(2 * kL0bBytes <= pa::kL0bBytes, "MLA L0B plan overflows");
+    static_assert(kL0cO + 2 * kL0cOBytes <= kL0cBytes, "MLA L0C plan overflows");
 
     using Piece = typename CubeState<T>::Piece;
 
     static AICORE inline uint32_t KvTile(uint32_t b) { return kL1Kv0 + b * kL1KvBytes; }
 
     /* FIX: columns [0, cols) of the compact accumulator of m rows at L0C byte l0c into GM at `off` (row pitch
-     * `pitch`), added into GM when `add`.  In column chunks of fewer than 4096 / ceil16(m) columns: pto-isa's A2/A3
-     * TSTORE packs ceil16(m) x columns x 16 into ND_PARA's 16-bit source stride, a field the device reads only for
-     * several NDs (it is unused here, but a wrapped value is what the simulation's conversion check faults on). */
+     * `pitch`), added into GM when `add`: one store, rows of cols x 4 bytes (the bursts stay long). */
     static AICORE inline void StoreAcc(Gm<float> gm, uint64_t off, uint32_t m, uint32_t cols, uint32_t pitch,
                                        uint32_t l0c, bool add)
     {
-        const uint32_t mp = AlignUp(m, 16);
-        uint32_t chunk = kMlaTok;
-        while (chunk > 16 && mp * chunk >= 4096) chunk /= 2;
-        for (uint32_t c0 = 0; c0 < cols; c0 += chunk) {
-            const uint32_t n = cols - c0 < chunk ? cols - c0 : chunk;
-            SAcc part(m, n);
-            Assign(part, l0c + c0 * mp * uint32_t(sizeof(float)));
-            if (add) {
-                StoreNdAdd(gm, off + c0, m, n, pitch, part, kTrafficScratch);
-            } else {
-                StoreNd(gm, off + c0, m, n, pitch, part, kTrafficScratch);
-            }
+        SAcc tile(m, cols);
+        Assign(tile, l0c);
+        if (add) {
+            StoreNdAdd(gm, off, m, cols, pitch, tile, kTrafficScratch);
+        } else {
+            StoreNd(gm, off, m, cols, pitch, tile, kTrafficScratch);
         }
     }
 
@@ -166,7 +161,8 @@ struct MlaPath {
         SetFlag(SAccFree(0));
     }
 
-    /* Unit u: the task's output accumulator (+)= P.V, slice by slice of 128 columns, V read from tile `stage`. */
+    /* Unit u: the task's output accumulator (+)= P.V, slice by slice of kMlaVCols columns, V read from tile `stage`,
+     * the slices' L0C accumulators alternating so that FIX stores one while M computes the next. */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const TaskRun run = Rows(st, tk);
@@ -191,22 +187,23 @@ struct MlaPath {
             VSlice vSlice(kMlaTok, kMlaVCols);
             VRight vRight(kMlaTok, kMlaVCols);
             OAcc acc(m, kMlaVCols);
+            const uint32_t ob = sl & 1u;
             Assign(vSlice, KvTile(stage) + sl * (kMlaVCols / 16) * kKBlockBytes);
             Assign(vRight, b * kL0bBytes);
-            Assign(acc, kL0cO);
+            Assign(acc, kL0cO + ob * kL0cOBytes);
             WaitFlag(L0Free(b));
             Mov(vRight, vSlice);
             if (sl + 1 == slices) SetFlag(KvL1Free(stage)); /* the unit's latent is no longer needed */
             Handoff(L0Ready(b));
-            WaitFlag(kOAccFree);
+            WaitFlag(OAccFree(ob));
             Matmul(acc, pLeft, vRight);
             Count(kCountMatmul);
             SetFlag(L0Free(b));
             if (sl + 1 == slices) SetFlag(kPLeftFree);
-            Handoff(kOAccReady);
+            Handoff(OAccReady(ob));
             StoreAcc(st.otmp, ScratchO(st.core, 0) + uint64_t(run.row0) * kMlaD + sl * kMlaVCols, m, kMlaVCols, kMlaD,
-                     kL0cO, u != 0);
-            SetFlag(kOAccFree);
+                     kL0cO + ob * kL0cOBytes, u != 0);
+            SetFlag(OAccFree(ob));
         }
     }
 };

@@ -44,6 +44,8 @@ enum Edge : int {
     kEdgePL1Free,       /* MTE1 -> MTE2  ev 3: the last P sub-tile was extracted to L0A                     */
     kEdgeOAccReady,     /* M -> FIX      ev 2: P.V of a group is complete in L0C                            */
     kEdgeOAccFree,      /* FIX -> M      ev 2: O_tmp reached GM, the accumulator may restart                */
+    kEdgeOAccReady1,    /* M -> FIX      ev 3: MLA: a P.V slice is complete in L0C buffer 1 (buffer 0: kEdgeOAccReady) */
+    kEdgeOAccFree1,     /* FIX -> M      ev 3: MLA: P.V slice buffer 1 reached GM (buffer 0: kEdgeOAccFree)         */
     kEdgePLoaded,       /* MTE2 -> MTE1  ev 3: MLA: P of a unit is in L1 (its latent was loaded a unit before)   */
     kEdgePLeftFree,     /* M -> MTE1     ev 3: MLA: the unit's last P.V read L0A's P, the next P may move in    */
     /* ---- cross-core (FFTS) ---- */
@@ -137,6 +139,9 @@ constexpr Flag<kPipeMte1, kPipeMte2> kPL1Free{3, kEdgePL1Free};
 constexpr Flag<kPipeM, kPipeFix> kOAccReady{2, kEdgeOAccReady};
 constexpr Flag<kPipeFix, kPipeM> kOAccFree{2, kEdgeOAccFree};
 constexpr Flag<kPipeMte2, kPipeMte1> kPLoaded{3, kEdgePLoaded};
+/* MLA's two P.V slice accumulators in L0C: buffer 0 takes the one-buffer paths' flags, buffer 1 its own. */
+constexpr Flag<kPipeM, kPipeFix> OAccReady(uint32_t b) { return b == 0 ? kOAccReady : Flag<kPipeM, kPipeFix>{3, kEdgeOAccReady1}; }
+constexpr Flag<kPipeFix, kPipeM> OAccFree(uint32_t b) { return b == 0 ? kOAccFree : Flag<kPipeFix, kPipeM>{3, kEdgeOAccFree1}; }
 constexpr Flag<kPipeM, kPipeMte1> kPLeftFree{3, kEdgePLeftFree};
 
 constexpr Flag<kPipeMte2, kPipeV> kSLoaded{0, kEdgeSLoaded};
