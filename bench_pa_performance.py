@@ -105,6 +105,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     peers.add_argument("--checked", action="store_true", help="also time pa-kit in checked mode (mock/sim)")
     peers.add_argument("--core-count", type=int, help="cube cores to plan for (default: the device's)")
     peers.add_argument("--strategy", choices=("auto", "bn", "split_kv"), default="auto")
+    peers.add_argument("--mla-rescale", choices=("plain", "pow2"), default="plain",
+                       help="MLA shapes: how the NPU kernel rescales its output accumulator (docs/API.md, mla_rescale)")
     peers.add_argument("--batch-invariant", action="store_true",
                        help="also time pa-kit with batch_invariant=True (rows 'pa-kit invariant')")
     peers.add_argument("--external", action="append", default=[], metavar="NAME=PATH",
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             print(str(exc), flush=True)
             return EXIT_REFUSED
     options = SuiteOptions(backend=backend, baselines=baselines, policy=policy, time_checked=args.checked,
-                           core_count=args.core_count, strategy=args.strategy,
+                           core_count=args.core_count, strategy=args.strategy, mla_rescale=args.mla_rescale,
                            batch_invariant=args.batch_invariant, externals=externals, predict=args.predict,
                            keep_spans=bool(args.trace))
     overhead = measure_launch_overhead(options, dtype=shapes[0].dtype)

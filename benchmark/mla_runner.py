@@ -41,7 +41,7 @@ class MlaLaunch:
 
 
 def make_mla_runner(case: BenchCase, *, backend: Any, checked: bool, core_count: int | None = None,
-                    strategy: str = "auto") -> MlaLaunch:
+                    strategy: str = "auto", mla_rescale: str = "plain") -> MlaLaunch:
     """pa-kit's MLA runner for ``case`` on ``backend`` (a name or a backend object), planned for its lengths."""
     from launcher.mla import MlaPagedAttentionRunner
 
@@ -50,7 +50,7 @@ def make_mla_runner(case: BenchCase, *, backend: Any, checked: bool, core_count:
         num_heads=s.num_heads, block_size=s.block_size, dtype=case.query.dtype, max_batch=s.batch,
         max_pages_per_seq=int(case.block_table.shape[1]), num_blocks=int(case.key_cache.shape[0]), scale=case.scale,
         device=case.device, backend=backend, q_len=s.q_len, return_lse=s.lse, core_count=core_count,
-        strategy=strategy, checked=checked)
+        strategy=strategy, checked=checked, mla_rescale=mla_rescale)
     launch = MlaLaunch(runner, case)
     launch.update(case.context_lens, case.block_table)
     return launch

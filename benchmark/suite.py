@@ -64,6 +64,8 @@ class SuiteOptions:
     time_checked: bool = False
     core_count: int | None = None
     strategy: str = "auto"
+    #: MLA shapes: the NPU kernel's rescale of the output accumulator ('plain' or 'pow2', docs/API.md)
+    mla_rescale: str = "plain"
     #: Also time pa-kit with ``batch_invariant=True`` (rows ``pa-kit invariant``).
     batch_invariant: bool = False
     #: (row name, library path) of external ATB-ABI kernels timed beside pa-kit.
@@ -107,7 +109,8 @@ def make_runner(case: BenchCase, options: SuiteOptions, *, checked: bool, backen
             raise NotApplicableError("batch_invariant=True is not planned for MLA (its pinned tile does not fit "
                                      "the 512-wide latent)")
         return make_mla_runner(case, backend=backend if backend is not None else options.backend, checked=checked,
-                               core_count=options.core_count, strategy=options.strategy)
+                               core_count=options.core_count, strategy=options.strategy,
+                               mla_rescale=options.mla_rescale)
 
     if backend is None and options.predict:  # the timing model replays the device's instruction stream (sim)
         from launcher.backends import SimBackend
