@@ -301,9 +301,8 @@ def test_a_wrong_window_or_a_missing_sink_in_the_golden_is_caught() -> None:
         assert not compare(out, ref).passed, CASES[index]
 
 
-def test_the_device_path_sim_reports_every_decode_feature_but_mla() -> None:
-    """The NPU kernel executes several query tokens, windows, sinks and the lse, not MLA yet: its sim says so
-    through pa_supported_features() (the launcher's refusal of MLA on sim: tests/test_mla_api.py)."""
+def test_the_device_path_sim_reports_every_decode_feature() -> None:
+    """The NPU kernel executes several query tokens, windows, sinks, the lse and MLA (ABI v5): its sim says so
+    through pa_supported_features() (MLA on sim: tests/test_sim_mla.py)."""
     lib = _library("libpa_sim.so")
-    every = abi.Feature.MULTI_TOKEN | abi.Feature.WINDOW | abi.Feature.SINKS | abi.Feature.LSE
-    assert lib.pa_supported_features() == every
+    assert lib.pa_supported_features() == abi.FEATURES_ALL
