@@ -75,6 +75,12 @@ DROP_CASES: list[dict[str, Any]] = [
      "lse": True, "cores": 2, "strategy": "bn"},
     {**BASE, "lens": [700, 33], "q_len": 8, "hq": 8, "hkv": 1, "d": 64, "bs": 64, "window": 200, "lse": True,
      "cores": 8, "strategy": "split_kv"},
+    # MLA (ABI v5): AMLA's rescale over multi-unit tasks with a rising max (the last page's keys scaled up), an empty
+    # sequence and an MTP step; the plain rescale through the combine with two row groups per vector sub-core
+    {**BASE, "mla": "pow2", "lens": [450, 0, 60], "q_len": 2, "hq": 16, "bs": 64, "lse": True, "cores": 2,
+     "strategy": "bn", "boost_last_page": 3.0},
+    {**BASE, "mla": "plain", "lens": [700, 33], "hq": 40, "bs": 64, "lse": True, "cores": 6, "strategy": "split_kv",
+     "boost_last_page": 3.0},
 ]
 
 
@@ -89,6 +95,11 @@ DEVICE_PATH_REDUNDANT = {
     "kEdgeBarCombAcc": "with at most 32 splits the last op is TCOLSUM, which ends with pipe_barrier(PIPE_V)",
     "kEdgeChunkUbFree": "one chunk per head (at most 32 splits), and the next head's V->S waits stall issue",
     "kEdgeBarCombSink": "the combine's weight sum is TROWSUM, which ends with pipe_barrier(PIPE_V)",
+    "kEdgeBarRise": "MLA: a group's rise is written before the softmax's later barriers, and pto-isa's A2/A3 TROWMAX "
+                    "(the fold's first op) ends with pipe_barrier(PIPE_V)",
+    "kEdgePLeftFree": "MLA: each P.V starts with the cross-core wait for the vectors' P, and the emulator's "
+                      "wait_flag_dev sends (so completes) what the core's pipes queued before it, the last P.V's "
+                      "matmuls included",
 }
 
 #: tails of 37 and 300 - 256 = 44 tokens: the last P.V sub-tile's inner length is not a multiple of 16
