@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.roofline import COMPUTE_BOUND
 from timing import trace as tr
 from timing.model import DEFAULT, band_ends, prediction_text
 from timing.published import published_ifa_us
@@ -34,9 +35,26 @@ class Predicted:
     op_names: tuple[str, ...]
 
 
+def roofline_share(percent_of_hbm: float, predicted_us: float, roof: Any) -> dict[str, Any]:
+    """The roofline's bound of the plan (``cube`` or ``HBM``) and the predicted % of that bound's A2 peak.
+
+    Compute-bound: the shape's FLOPs over the predicted time, as a % of the cube's fp16/bf16 peak
+    (``Machine.cube_flops_per_s``); memory-bound: the % of HBM.  The plan's bound is used when the plan is known
+    (it counts the K/V re-reads of a head split), else the shape's."""
+    if roof is None:
+        return {}
+    verdict = roof.plan_bound or roof.bound
+    if verdict == COMPUTE_BOUND:
+        percent = 100 * roof.flops / (predicted_us * 1e-6 * roof.machine.cube_flops_per_s)
+        return {"roofline_bound": "cube", "predicted_percent_of_bound": round(percent, 1)}
+    return {"roofline_bound": "HBM", "predicted_percent_of_bound": percent_of_hbm}
+
+
 def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: str, total_bytes: int,
-            keep_spans: bool) -> tuple[Any, Predicted]:
-    """Runs ``launch`` once with the trace on; returns its output and the prediction of its device time."""
+            keep_spans: bool, roof: Any = None) -> tuple[Any, Predicted]:
+    """Runs ``launch`` once with the trace on; returns its output and the prediction of its device time.
+
+    ``roof`` (``benchmark.roofline.Roofline``) adds the roofline's bound and the predicted % of its peak."""
     from timing.costs import load_cost_tables
 
     out: list[Any] = []
@@ -51,6 +69,7 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
         "bound": pred.bound, "hbm_stretch": round(pred.hbm_stretch, 3), "events": len(trace.events),
         "busy_percent": busy_percent(pred),
     }
+    figures.update(roofline_share(figures["predicted_percent_of_hbm"], pred.predicted_us, roof))
     ifa = published_ifa_us(shape_id)
     if ifa is not None:
         figures["ifa_published_us"] = ifa
@@ -104,15 +123,17 @@ def render_predictions(records: Any) -> str:
         return ""
     lines = ["predicted NPU time (timing model of an A2, a prediction, not a measurement; band: every constant at "
              "the optimistic .. pessimistic end of its range; docs/TIMING_MODEL.md):",
-             "| shape | predicted | TB/s | % of HBM | bound | IFA published µs | predicted speed-up (nominal / "
-             "pessimistic) |",
-             "|---|---|---|---|---|---|---|"]
+             "| shape | predicted | TB/s | % of HBM | roofline bound | % of bound | model's limit | "
+             "IFA published µs | predicted speed-up (nominal / pessimistic) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.prediction
         ifa = p.get("ifa_published_us")
         speed, slow = p.get("predicted_speedup_vs_ifa"), p.get("predicted_speedup_vs_ifa_pessimistic")
         speed_text = "-" if speed is None else f"{speed:.2f}x" + ("" if slow is None else f" / {slow:.2f}x")
+        share = p.get("predicted_percent_of_bound")
         lines.append(f"| {r.shape_id} | {predicted_text(p)} | {p['predicted_tb_per_s']:.3f} | "
-                     f"{p['predicted_percent_of_hbm']:.0f} | {p['bound']} | {'-' if ifa is None else ifa} | "
+                     f"{p['predicted_percent_of_hbm']:.0f} | {p.get('roofline_bound', '-')} | "
+                     f"{'-' if share is None else f'{share:.0f}'} | {p['bound']} | {'-' if ifa is None else ifa} | "
                      f"{speed_text} |")
     return "\n".join(lines)

@@ -265,7 +265,7 @@ class Suite:
             launch, plan, runner = prepare()
             if self.options.predict and name == PA_KIT:
                 result, predicted = predict(runner.library.handle, launch, runner.plan.block_dim, shape.shape_id,
-                                            traffic.total_bytes, self.options.keep_spans)
+                                            traffic.total_bytes, self.options.keep_spans, roof)
                 self.predictions.append((shape.shape_id, predicted))
             else:
                 result = launch()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,24 @@ def test_roofline_puts_128_heads_at_the_ridge_and_16_heads_far_below() -> None:
     mtp = roofline(shapes.shape_set("mla")[-1])
     assert mtp.intensity > 1.8 * A2.ridge and mtp.bound == COMPUTE_BOUND
     assert roofline(shapes.uniform_shape(8, 4096)).bound == MEMORY_BOUND  # GQA decode: 4 FLOP/B
+
+
+def test_prediction_gives_the_roofline_bound_and_the_percent_of_its_peak() -> None:
+    from benchmark.predict import render_predictions, roofline_share
+    mla = roofline(shapes.mla_shape(8, 4096))
+    assert (mla.plan_bound or mla.bound) == COMPUTE_BOUND
+    # by hand: the shape's FLOPs over 50 us, as a % of the cube's fp16 peak
+    by_hand = round(100 * mla.flops / (50e-6 * mla.machine.cube_flops_per_s), 1)
+    assert roofline_share(12.0, 50.0, mla) == {"roofline_bound": "cube", "predicted_percent_of_bound": by_hand}
+    gqa = roofline(shapes.uniform_shape(8, 4096))
+    assert roofline_share(12.0, 50.0, gqa) == {"roofline_bound": "HBM", "predicted_percent_of_bound": 12.0}
+    assert roofline_share(12.0, 50.0, None) == {}
+    figures = {"predicted_us": 50.0, "band_us": [49.0, 60.0], "predicted_tb_per_s": 0.2,
+               "predicted_percent_of_hbm": 12.0, "bound": "hand-off latency",
+               **roofline_share(12.0, 50.0, mla)}
+    row = types.SimpleNamespace(shape_id="mla-b8", prediction=figures)
+    text = render_predictions([row])
+    assert f"| cube | {by_hand:.0f} | hand-off latency |" in text, text
 
 
 def test_plot_label_names_mla_and_the_bound() -> None:
