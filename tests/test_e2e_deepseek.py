@@ -228,3 +228,25 @@ def test_example_script_runs() -> None:
                           text=True, timeout=600, check=False, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "max |logits - fp32 transformers|" in done.stdout
+
+
+@pytest.mark.parametrize("rescale", ["plain", "pow2"])
+def test_decode_and_verify_step_on_the_device_path(rescale: str) -> None:
+    """The bf16 decode and the ``q_len`` 2 verification step on ``sim`` (the NPU kernel's MLA path) under each
+    ``mla_rescale``, with the mock test's tolerance: the device path serves a real model, not only synthetic cases."""
+    pd = _examples()
+    streams, logits, _ = _serve(torch.bfloat16, backend="sim", mla_rescale=rescale)
+    tolerance, exact = _tolerance("bf16", streams)
+    error = _check_tokens(logits, exact, tolerance)
+    requests = pd.demo_requests(pd.tiny_deepseek_config().vocab_size)[:3]
+    decoder = pd.PagedDeepseekDecoder(pd.build_model(pd.tiny_deepseek_config(), dtype=torch.bfloat16),
+                                      backend="sim", mla_rescale=rescale)
+    lens = [len(request.prompt) for request in requests]
+    verified = pd.verify_logits(decoder, streams[:3], lens, VERIFY_AFTER)
+    rows = [slice(n + VERIFY_AFTER, n + VERIFY_AFTER + 2) for n in lens]
+    step_error = max(float((v - logits[i][r]).abs().max())
+                     for i, (v, r) in enumerate(zip(verified, rows, strict=True)))
+    print(f"\nsim {rescale}: max |logits - fp32 transformers| {error:.4g}, q_len 2 step vs one-token steps "
+          f"{step_error:.3g}, tolerance {tolerance:.4g}")
+    assert step_error <= tolerance, f"the verification step differs from one-token steps by {step_error:.4g}"
+    assert pd.max_error(verified, [exact[i][r] for i, r in enumerate(rows)]) <= tolerance
