@@ -287,6 +287,8 @@ MUTATIONS = {
     "P ready signalled from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeSoftmaxReady1"),
     "O_tmp ready signalled from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeUpdateReady0"),
     "split partials barrier from the scalar pipe": (MUTATE_SIGNAL_PIPE, "kEdgeReduceBarrier"),
+    "MLA: P in L1 set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgePLoaded"),
+    "MLA: accumulator round trip stored, set from the scalar pipe": (MUTATE_WRONG_SOURCE, "kEdgeAccUbFree"),
 }
 
 
