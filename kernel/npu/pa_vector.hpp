@@ -521,6 +521,25 @@ struct VectorCore {
         uint32_t parity; /* which of the two running-max slots the task uses */
     };
 
+    /* This sub-core's heads of a task: [row0, row0 + r) of its heads (sub-core 0 the first floor(n / 2)). */
+    struct SubRows {
+        uint32_t row0, r;
+    };
+    AICORE inline SubRows RowsOfSub(const Task &tk) const
+    {
+        const uint32_t half = tk.headCount / kVecSubCores;
+        return sub == 0 ? SubRows{0, half} : SubRows{half, tk.headCount - half};
+    }
+
+    /* Split-KV: after every vector core's partials are in GM, the combine. */
+    AICORE inline void CombineSplits(uint32_t blockNum)
+    {
+        if (!t.SplitKv()) return;
+        VectorBarrier();
+        CombineCore<T, DCap> combine{t, core, sub, o, ocore, l, lseGm, sinks};
+        combine.Run(blockNum);
+    }
+
     /* The pending unit's update, and the task's output after its last unit. */
     AICORE inline void Retire(const Pending &pd)
     {
@@ -539,9 +558,8 @@ struct VectorCore {
         bool havePending = false;
         uint32_t taskCounter = 0;
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
-            const uint32_t half = tk.headCount / kVecSubCores;
-            const uint32_t row0 = sub == 0 ? 0 : half;
-            const uint32_t r = sub == 0 ? half : tk.headCount - half;
+            const SubRows rows = RowsOfSub(tk);
+            const uint32_t row0 = rows.row0, r = rows.r;
             if (tk.empty) { /* no cube work: finish the pending task first (its output buffer is shared) */
                 if (havePending) Retire(pending);
                 havePending = false;
@@ -563,11 +581,7 @@ struct VectorCore {
         });
         if (havePending) Retire(pending);
         ForEachFreeFlag([](auto f) { DrainFlag(f); });
-        if (t.SplitKv()) {
-            VectorBarrier();
-            CombineCore<T, DCap> combine{t, core, sub, o, ocore, l, lseGm, sinks};
-            combine.Run(blockNum);
-        }
+        CombineSplits(blockNum);
     }
 };
 

@@ -211,9 +211,8 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         Queue queue;
         uint32_t taskCounter = 0;
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
-            const uint32_t half = tk.headCount / kVecSubCores;
-            const uint32_t row0 = sub == 0 ? 0 : half;
-            const uint32_t r = sub == 0 ? half : tk.headCount - half;
+            const typename Base::SubRows rows = this->RowsOfSub(tk);
+            const uint32_t row0 = rows.row0, r = rows.r;
             if (tk.empty) {
                 while (queue.count != 0) RetireOldest(queue);
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
@@ -244,11 +243,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         });
         while (queue.count != 0) RetireOldest(queue);
         Base::ForEachFreeFlag([](auto f) { DrainFlag(f); });
-        if (t.SplitKv()) {
-            VectorBarrier();
-            CombineCore<T, kMlaD> combine{t, core, sub, this->o, this->ocore, this->l, this->lseGm, this->sinks};
-            combine.Run(blockNum);
-        }
+        this->CombineSplits(blockNum);
     }
 };
 
