@@ -3,7 +3,9 @@
 The simulation records the accuracy launch's instruction trace, ``timing.replay`` prices it on an A2 model, and
 the record gets ``predicted_us`` with its band (``band_us``: the same trace replayed with every constant at the
 optimistic and at the pessimistic end of its range, as ``timing/predictions.json`` states it), the bound and, for
-a published shape, IFA's published time and the predicted speed-up over it (nominal and pessimistic).  Every
+a published shape, IFA's published time and the predicted speed-up over it (nominal and pessimistic).  A launch
+whose tensors fit the L2 also gets ``predicted_warm_l2_us`` (K/V read from L2, as a harness that repeats the
+launch without a flush sees), and IFA is compared on its own basis (``ifa_basis``; docs/TIMING_MODEL.md, rule 7).  Every
 printed prediction carries its band (``448.7 µs [band 448.1-601.5]``).  ``--trace FILE.json`` writes the replay
 as a Chrome/Perfetto trace: a process per core, a track per role and pipe.  Every figure here is a prediction of
 the model in ``timing/``, not a measurement.
@@ -20,7 +22,7 @@ from typing import Any
 from benchmark.roofline import COMPUTE_BOUND
 from timing import trace as tr
 from timing.model import DEFAULT, band_ends, prediction_text
-from timing.published import published_ifa_us
+from timing.published import versus_ifa
 from timing.replay import Prediction, replay
 
 HBM_NOMINAL_BYTES_PER_S = DEFAULT.hbm_peak_bytes_per_s
@@ -70,11 +72,14 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
         "busy_percent": busy_percent(pred),
     }
     figures.update(roofline_share(figures["predicted_percent_of_hbm"], pred.predicted_us, roof))
-    ifa = published_ifa_us(shape_id)
-    if ifa is not None:
-        figures["ifa_published_us"] = ifa
-        figures["predicted_speedup_vs_ifa"] = round(ifa / pred.predicted_us, 3)
-        figures["predicted_speedup_vs_ifa_pessimistic"] = round(ifa / band[1], 3)
+    warm: tuple[float, float] | None = None
+    if total_bytes <= DEFAULT.l2_capacity_bytes:  # what a harness repeating the launch without an L2 flush sees
+        w_nominal, w_fast, w_slow = (replay(trace, costs, c, inputs_in_l2=True).predicted_us for c in band_ends())
+        figures["predicted_warm_l2_us"] = round(w_nominal, 2)
+        figures["band_warm_l2_us"] = [round(w_fast, 2), round(w_slow, 2)]
+        warm = (w_nominal, w_slow)
+    versus = versus_ifa(shape_id, total_bytes, DEFAULT.l2_capacity_bytes, (pred.predicted_us, band[1]), warm)
+    figures.update({("predicted_" + k if k.startswith("speedup") else k): v for k, v in versus.items()})
     return out[0], Predicted(figures, pred.spans, trace.op_names)
 
 
@@ -123,17 +128,22 @@ def render_predictions(records: Any) -> str:
         return ""
     lines = ["predicted NPU time (timing model of an A2, a prediction, not a measurement; band: every constant at "
              "the optimistic .. pessimistic end of its range; docs/TIMING_MODEL.md):",
-             "| shape | predicted | TB/s | % of HBM | roofline bound | % of bound | model's limit | "
-             "IFA published µs | predicted speed-up (nominal / pessimistic) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| shape | predicted | TB/s | % of HBM | roofline bound | % of bound | model's limit | warm L2 | "
+             "IFA published µs | predicted speed-up (nominal / pessimistic; basis) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.prediction
         ifa = p.get("ifa_published_us")
         speed, slow = p.get("predicted_speedup_vs_ifa"), p.get("predicted_speedup_vs_ifa_pessimistic")
         speed_text = "-" if speed is None else f"{speed:.2f}x" + ("" if slow is None else f" / {slow:.2f}x")
+        if speed is not None and p.get("ifa_basis"):
+            speed_text += f"; {p['ifa_basis']}"
+        warm = p.get("predicted_warm_l2_us")
+        warm_text = "-" if warm is None else prediction_text(warm, p["band_warm_l2_us"])
         share = p.get("predicted_percent_of_bound")
         lines.append(f"| {r.shape_id} | {predicted_text(p)} | {p['predicted_tb_per_s']:.3f} | "
                      f"{p['predicted_percent_of_hbm']:.0f} | {p.get('roofline_bound', '-')} | "
-                     f"{'-' if share is None else f'{share:.0f}'} | {p['bound']} | {'-' if ifa is None else ifa} | "
+                     f"{'-' if share is None else f'{share:.0f}'} | {p['bound']} | {warm_text} | "
+                     f"{'-' if ifa is None else ifa} | "
                      f"{speed_text} |")
     return "\n".join(lines)

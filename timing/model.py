@@ -36,8 +36,12 @@ class ModelConstants:
     scalar_gm_read_s: float = 0.15e-6
     #: a scalar read of UB after a vector result (GetValue)
     scalar_ub_read_s: float = 0.02e-6
-    #: L2 rate per core for scratch (s/p/o_tmp/o_core/l): 110 bytes/cycle at 1.85 GHz (Ascend910B2.ini)
+    #: L2 rate per core for scratch (s/p/o_tmp/o_core/l), and for K/V under warm-L2 conditions: 110 bytes/cycle at
+    #: 1.85 GHz (Ascend910B2.ini)
     l2_bytes_per_s_per_core: float = 110 * 1.85e9
+    #: L2 capacity, bytes (Ascend910B2.ini ``l2_size``): a launch whose inputs and outputs fit is read from L2 when a
+    #: harness repeats it on the same tensors without flushing (``replay(inputs_in_l2=True)``)
+    l2_capacity_bytes: int = 201326592
     #: factors on pto-isa's vector and cube cycle tables (the band varies them)
     vector_cost_factor: float = 1.0
     cube_cost_factor: float = 1.0
@@ -48,8 +52,8 @@ class ModelConstants:
         return replace(self, **{name: type(value)(value * factor)})
 
     def names(self) -> list[str]:
-        """The constants a sensitivity band varies (the chip's core count is a fact, not a fit)."""
-        return [f.name for f in fields(self) if f.name != "cube_cores"]
+        """The constants a sensitivity band varies (the chip's core count and L2 size are facts, not fits)."""
+        return [f.name for f in fields(self) if f.name not in ("cube_cores", "l2_capacity_bytes")]
 
 
 DEFAULT = ModelConstants()
