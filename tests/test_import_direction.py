@@ -52,3 +52,17 @@ def test_the_scan_sees_a_violation(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from benchmark.suite import Suite\n    import tests.x\n")
     assert imported_packages(source) == {"benchmark", "tests"}
+
+
+def test_no_c_include_runs_back_up() -> None:
+    """The kernel's C and C++ sources include by path from an include root (kernel/, kernel/npu/ and pto-isa's,
+    each on the builds' -I list), never with ``..``: a file can move without its includes breaking silently."""
+    import re
+
+    include = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+    sources = [p for ext in ("*.c", "*.h", "*.cpp", "*.hpp") for p in (ROOT / "kernel").rglob(ext)
+               if "third_party" not in p.parts]
+    assert len(sources) > 20
+    upward = [(str(p.relative_to(ROOT)), name) for p in sources for name in include.findall(p.read_text())
+              if ".." in Path(name).parts]
+    assert not upward, f"includes that run back up: {upward}"

@@ -22,8 +22,8 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-#include "../pa_kernel_abi.h"
-#include "../pa_mock_api.h"
+#include "pa_kernel_abi.h"
+#include "pa_mock_api.h"
 
 #define PA_CONTRACT_EXPORT __attribute__((visibility("default")))
 #define PA_CONTRACT_NONE (-1)

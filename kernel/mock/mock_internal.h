@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "../pa_mock_api.h"
-#include "../contract/pa_contract.h"
+#include "pa_mock_api.h"
+#include "contract/pa_contract.h"
 #include "mock_math.h"
 
 #define PA_EXPORT __attribute__((visibility("default")))

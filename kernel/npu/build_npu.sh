@@ -39,7 +39,7 @@ if [[ -z "${PTO_ISA_INCLUDE:-}" ]]; then
 fi
 [[ -f "$PTO_INC/pto/pto-inst.hpp" ]] || { echo "[build_npu] error: no pto-isa headers in $PTO_INC" >&2; exit 1; }
 
-INCS=(-I "$PTO_INC" -I "$HERE" -I "$CANN/include" -I "$CANN/include/experiment/runtime"
+INCS=(-I "$PTO_INC" -I "$HERE" -I "$ROOT/kernel" -I "$CANN/include" -I "$CANN/include/experiment/runtime"
       -I "$CANN/include/experiment/msprof" -I "$CANN/compiler/tikcpp/tikcfw" -I "$CANN/compiler/tikcpp/tikcfw/impl"
       -I "$CANN/compiler/tikcpp/tikcfw/interface")
 LIBS=(-L "$CANN/lib64" -lruntime -lascendcl)

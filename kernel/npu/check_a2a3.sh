@@ -37,7 +37,7 @@ if [[ $rc -ne 0 ]]; then
     exit 1
 fi
 
-COMMON=(-include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$HERE" -Wall -Wno-ignored-attributes
+COMMON=(-include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$HERE" -I "$ROOT/kernel" -Wall -Wno-ignored-attributes
         -Wno-unused-function -Wno-unused-variable -Wno-unused-but-set-variable -Werror)
 # -D__NPU_ARCH__=2201 selects A2/A3 (dav-c220) in pto-isa's headers; PTO_COMM_NOT_SUPPORTED leaves out the
 # collective-communication headers the cost model cannot compile.

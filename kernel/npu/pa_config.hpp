@@ -10,7 +10,7 @@
 #define PA_CONFIG_HPP
 
 #include <stdint.h>
-#include "../pa_kernel_abi.h"
+#include "pa_kernel_abi.h"
 
 namespace pa {
 

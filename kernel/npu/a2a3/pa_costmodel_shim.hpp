@@ -9,7 +9,7 @@
 
 /* cce::printf for pto-isa's run-time asserts, pto-inst.hpp, and the A2/A3 implementations the cost-model include
  * list lacks (TEXPANDS, the row-expand binary ops): shared with the emulator build. */
-#include "../emu/emu_prelude.hpp"
+#include "emu/emu_prelude.hpp"
 
 /* The cost model stubs get_subblockid but not the device's get_block_idx builtin: a compile check needs only
  * its type. */

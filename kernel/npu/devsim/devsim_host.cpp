@@ -23,10 +23,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "../../contract/pa_contract.h"
-#include "../pa_config.hpp"
-#include "../pa_sim_api.h"
-#include "../pa_sync.hpp"
+#include "contract/pa_contract.h"
+#include "pa_config.hpp"
+#include "pa_sim_api.h"
+#include "pa_sync.hpp"
 #include "devsim_hooks.hpp"
 #include "devsim_sched.hpp"
 

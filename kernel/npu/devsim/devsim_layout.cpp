@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../pa_sim_api.h"
+#include "pa_sim_api.h"
 
 /* sizeof(pa_sim_stats), then the offset of each field in declaration order. */
 #define PA_SIM_STATS_LAYOUT_WORDS 17

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../../pa_kernel_abi.h"
-#include "../../pa_mock_api.h"
+#include "pa_kernel_abi.h"
+#include "pa_mock_api.h"
 #include "devsim_sched.hpp"
 
 extern "C" void pa_sim_race_body_cube(int32_t index, int32_t fixed, int32_t role, uint8_t *const *gm);

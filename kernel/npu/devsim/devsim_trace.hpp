@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../pa_sim_api.h"
+#include "pa_sim_api.h"
 #include "emu_core.hpp"
 
 namespace pa::devsim {

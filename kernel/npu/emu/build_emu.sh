@@ -66,7 +66,7 @@ run "$CXX" -shared -o "$BUILD/lib/libpa_emu.so" "${objs[@]}" || fail "libpa_emu.
 
 # The device route: pto-isa's A2/A3 implementations (-D__COSTMODEL), the shadow headers before pto-isa's.
 DEV=(-std=c++23 -D__COSTMODEL -D__NPU_ARCH__=2201 -DPTO_COMM_NOT_SUPPORTED "${BF16[@]}" -I "$HERE/include" -I "$HERE"
-     -I "$OBJ/gen" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU"
+     -I "$OBJ/gen" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU" -I "$ROOT/kernel"
      -include "$HERE/emu_prelude.hpp" -Wno-ignored-attributes)
 say "compiling the kernel against the emulator (cube and vector roles)"
 for role in cube vec; do
@@ -89,7 +89,7 @@ names="$(bash "$HERE/gen_unemulated.sh" --emulated)"
 } >"$OBJ/coverage.txt"
 
 # Differential harnesses: the same source against the emulator and against pto-isa's CPU implementations.
-CPU=(-std=c++23 -D__CPU_SIM "${BF16[@]}" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU"
+CPU=(-std=c++23 -D__CPU_SIM "${BF16[@]}" -include stdint.h -include stddef.h -isystem "$PTO_INC" -I "$NPU" -I "$ROOT/kernel"
      -include "$NPU/a2a3/pa_cpu_stub_shim.hpp" -Wno-ignored-attributes -Wno-builtin-macro-redefined)
 for diff in "$NPU"/emu_diff/diff_*.cpp; do
     [[ -e "$diff" ]] || continue
@@ -129,7 +129,7 @@ for src in devsim_sched devsim_hazard devsim_trace devsim_host devsim_races; do
     SIMOBJ+=("$OBJ/$src.o")
 done
 for src in devsim_contract devsim_layout; do
-    run "$CXX" -std=c++23 -O2 -g0 -fPIC "${WARN[@]}" -I "$NPU" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
+    run "$CXX" -std=c++23 -O2 -g0 -fPIC "${WARN[@]}" -I "$NPU" -I "$ROOT/kernel" -c "$NPU/devsim/$src.cpp" -o "$OBJ/$src.o" ||
         fail "devsim/$src.cpp does not compile"
     SIMOBJ+=("$OBJ/$src.o")
 done
