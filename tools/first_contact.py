@@ -12,7 +12,7 @@ failed but no NPU was found):
 4. ``bench``: the published shapes against IFA and FIA (``bench_pa_performance.py --shapes pr --json``);
 5. ``msprof``: a CANN profile of pa-kit and IFA on the largest published shape, when ``msprof`` is on PATH
    (its pipe utilisation gives the MTE2 busy time and the hand-off gaps the timing model needs);
-6. ``compare``: measured against the newest committed predictions (``timing/predictions-2026-11-28.json``)
+6. ``compare``: measured against the newest committed predictions (``timing/predictions-2026-11-28-l2.json``)
    and IFA's published times, per shape (``tools/contact_report.py``).
 
 Everything a step prints goes to ``<out>/<step>.log``; ``<out>/summary.json`` records every step's outcome.
