@@ -133,7 +133,7 @@ class DeviceState:
             core_count=core_count, elem_bytes=rules.DTYPES[capacity.dtype_name], max_batch=capacity.max_batch,
             num_heads=capacity.num_heads, head_dim=capacity.head_dim, max_pages=capacity.max_pages,
             handoff_tokens=handoff_tokens, kv_split_limit=combine_split_limit(capacity.head_dim),
-            q_len=capacity.q_len)
+            q_len=capacity.q_len, rope_dim=capacity.rope_dim)
         self._storage = {slot: torch.empty(nbytes, dtype=torch.uint8, device=dev)
                          for slot, nbytes in sizes.by_slot().items() if nbytes}
         self.workspace_bytes = sum(t.numel() for t in self._storage.values())

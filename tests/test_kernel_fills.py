@@ -60,3 +60,34 @@ def test_a_buffer_is_zeroed_once_per_core_not_once_per_piece(name: str) -> None:
     assert loads.max() >= 8 * most, f"{name}: too few pieces per core to tell ({loads.tolist()})"
     assert fills.sum() > 0, f"{name}: the first loads must zero their buffers ({fills.tolist()})"
     assert fills.max() <= most, f"{name}: fills per core {fills.tolist()}, K/V loads {loads.tolist()}"
+
+
+def p_conversions_and_s_loads(shape: object) -> tuple[np.ndarray, np.ndarray]:
+    """Per vector sub-core of a launch: its fp16/bf16 -> fp32 widenings and its loads of S from the scratch."""
+    from tiling import abi
+    from timing.predictions import trace_of
+
+    trace = trace_of(shape, CORES)  # type: ignore[arg-type]
+    ev = trace.events
+    vec = (ev["role"] > 0) & (ev["kind"] == tr.EV_INSTR)
+    widen = [i for i, name in enumerate(trace.op_names) if name in ("vconv_f162f32", "vconv_bf162f32")]
+    loads = [i for i, name in enumerate(trace.op_names) if name == "copy_gm_to_ubuf_align_b32"]
+    key = ev["core"] * 3 + ev["role"]
+    size = int(key.max()) + 1
+    return (np.bincount(key[vec & np.isin(ev["op"], widen)], minlength=size),
+            np.bincount(key[vec & np.isin(ev["op"], loads) & (ev["slot"] == int(abi.ArgSlot.S))], minlength=size))
+
+
+@needs_sim
+@pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
+def test_a_whole_piece_of_p_converts_in_one_instruction(mla: bool) -> None:
+    """pto-isa's TCVT issues one vconv per row; a whole piece's rows are contiguous, so the kernel converts them
+    as one flat row (``VectorCore::CvtPiece``): one widening of P per S piece a sub-core loads, whatever its rows
+    (8 per sub-core here), where a per-row conversion issues 8."""
+    from workloads.shapes import mla_shape, uniform_shape
+
+    shape = (mla_shape(2, 1024, num_heads=16) if mla
+             else uniform_shape(2, 2048, num_heads=32, num_kv_heads=2, head_dim=128, block_size=128))
+    widen, s_loads = p_conversions_and_s_loads(shape)
+    assert s_loads.sum() >= 8, s_loads.tolist()
+    assert np.array_equal(widen, s_loads), (widen.tolist(), s_loads.tolist())

@@ -136,9 +136,12 @@ def test_capacity_workspace_holds_every_mla_plan() -> None:
         assert plan.split.former_head == min(heads, abi.MLA_MAX_TASK_ROWS // q_len)  # every head, up to the rows
         bound = capacity_workspace(core_count=cores, elem_bytes=2, max_batch=max_batch, num_heads=heads,
                                    head_dim=512, max_pages=max_pages, handoff_tokens=None, q_len=q_len,
-                                   kv_split_limit=combine_split_limit(512)).by_slot()
+                                   kv_split_limit=combine_split_limit(512), rope_dim=64).by_slot()
         for slot, need in plan.workspace.by_slot().items():
             assert need <= bound[slot], (slot.name, need, bound[slot], plan)
+        # tight for S: the MLA hand-off (128 tokens), not GQA's 512 (a 4x larger scratch for nothing)
+        rows = min(heads * q_len, abi.MLA_MAX_TASK_ROWS)
+        assert bound[abi.ArgSlot.S] == cores * 2 * rows * abi.MLA_HANDOFF_TOKENS * 4
 
 
 def _call(**change: Any) -> Any:

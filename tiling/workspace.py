@@ -61,7 +61,7 @@ def workspace_sizes(
 
 def capacity_workspace(
     *, core_count: int, elem_bytes: int, max_batch: int, num_heads: int, head_dim: int, max_pages: int,
-    handoff_tokens: int | None, kv_split_limit: int, q_len: int = 1,
+    handoff_tokens: int | None, kv_split_limit: int, q_len: int = 1, rope_dim: int = 0,
 ) -> WorkspaceSizes:
     """Sizes that hold the workspace of every plan a runner of this capacity can make (engines allocate once).
 
@@ -72,10 +72,16 @@ def capacity_workspace(
     the longest sequence, and partials exist for at most ``max_batch`` non-empty sequences.
     ``tests/test_runner_engine.py`` checks the bound against random plans.  With ``q_len`` query tokens a task's
     rows are its heads x q_len, at most :data:`abi.MAX_TASK_ROWS` (the planner's cap, ``splits.cap_task_rows``),
-    and the partials hold q_len rows per head.
+    and the partials hold q_len rows per head.  An MLA runner (``rope_dim`` > 0, ABI v5) hands off
+    :data:`abi.MLA_HANDOFF_TOKENS` whatever ``handoff_tokens`` says, and its tasks hold at most
+    :data:`abi.MLA_MAX_TASK_ROWS` rows (``splits.mla_task_heads``).
     """
-    handoff = abi.DEFAULT_HANDOFF_TOKENS if handoff_tokens is None else handoff_tokens
-    rows = num_heads if q_len == 1 else min(num_heads * q_len, max(abi.MAX_TASK_ROWS, q_len))
+    if rope_dim:
+        handoff = abi.MLA_HANDOFF_TOKENS
+        rows = min(num_heads * q_len, max(abi.MLA_MAX_TASK_ROWS, q_len))
+    else:
+        handoff = abi.DEFAULT_HANDOFF_TOKENS if handoff_tokens is None else handoff_tokens
+        rows = num_heads if q_len == 1 else min(num_heads * q_len, max(abi.MAX_TASK_ROWS, q_len))
     stage = rows * handoff if handoff else 0
     return workspace_sizes(
         block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads * q_len,

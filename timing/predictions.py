@@ -61,10 +61,19 @@ def trace_of(shape: BenchShape, core_count: int, handoff_tokens: int | None = No
     """The instruction trace of one launch of ``shape`` (and the plan it ran, if asked): the intrinsics the device
     executes, as the emulator runs the kernel's A2/A3 code (``libpa_sim.so``).  ``grid`` plans that task grid
     instead of the planner's choice (``plan_paged_attention(grid=...)``)."""
-    from launcher import PagedAttentionRunner
+    from launcher import MlaPagedAttentionRunner, PagedAttentionRunner
     from launcher.backends import SimBackend
 
     case = build_case(shape, "cpu")
+    if shape.is_mla:  # absorbed MLA: the latent cache is K and V; no grid or hand-off to force
+        if grid is not None or handoff_tokens is not None:
+            raise ValueError("trace_of: an MLA shape takes the planner's grid and the MLA hand-off")
+        mla = MlaPagedAttentionRunner(
+            case.query, case.query_rope, case.key_cache, case.kv_rope_cache, case.block_table, case.context_lens,
+            scale=case.scale, backend=SimBackend(), out=torch.empty_like(case.query), checked=False,
+            core_count=core_count)
+        trace = tr.capture(mla.library.handle, mla, mla.plan.block_dim)
+        return (trace, mla.plan) if with_plan else trace
     runner = PagedAttentionRunner(  # checked=False: only the trace is wanted (pa_sim_trace_*)
         case.query, case.key_cache, case.value_cache, case.block_table, case.context_lens, scale=case.scale,
         backend=SimBackend(), out=torch.empty_like(case.query),

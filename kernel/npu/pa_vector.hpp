@@ -56,8 +56,12 @@ struct TokenRows {
 
 template <typename T, int DCap>
 struct VectorCore {
-    using SF = Tile<TileType::Vec, float, kVecRows, kPieceTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
-    using PT = Tile<TileType::Vec, T, kVecRows, kPieceTokens, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    /* A piece's columns in UB: kPieceTokens, or an MLA unit's (its hand-off), so that a whole MLA piece's rows are
+     * contiguous too (CvtPiece). */
+    static constexpr int kPiece = DCap == kMlaD ? PA_MLA_HANDOFF_TOKENS : kPieceTokens;
+    static_assert(kPiece <= kPieceTokens, "a unit of at most kPiece columns is one piece (SoftmaxRows)");
+    using SF = Tile<TileType::Vec, float, kVecRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
+    using PT = Tile<TileType::Vec, T, kVecRows, kPiece, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OF = Tile<TileType::Vec, float, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     using OT = Tile<TileType::Vec, T, kVecRows, DCap, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
     /* A per-row vector (one float per head row) as a column: row reductions write it, row-expand ops read it. */
@@ -65,7 +69,7 @@ struct VectorCore {
     /* The same vector as one row: A2/A3's element-wise instructions take row-major tiles only. */
     using Row = Tile<TileType::Vec, float, 1, kVecRows, BLayout::RowMajor, 1, DYNAMIC>;
     /* The mask's penalty per column of a piece, subtracted from every row of S (a column-expand op). */
-    using PenRow = Tile<TileType::Vec, float, 1, kPieceTokens, BLayout::RowMajor, 1, DYNAMIC>;
+    using PenRow = Tile<TileType::Vec, float, 1, kPiece, BLayout::RowMajor, 1, DYNAMIC>;
     /* The lse column as rows of one 32-byte block each (element (i, 0) = lse of row i), for its strided store:
      * A2/A3's UB -> GM copy reads one block per burst, so a column stored row by row must be spread out this
      * way first (stored straight from the column, every burst after the first read the wrong element).  Static
@@ -262,6 +266,26 @@ struct VectorCore {
         }
     }
 
+    /* P's conversion between fp32 and T for a piece of r rows x wl tokens at UB offsets dOff / sOff.  pto-isa's
+     * TCVT issues one vconv per row; when the piece's rows are whole (wl == kPiece) they are contiguous in both
+     * tiles, so one flat row of r x kPiece elements converts the same elements, in the same order, with one
+     * instruction of r times the repeats (kernel/npu/PERFORMANCE.md, change 13). */
+    template <typename D, typename S>
+    AICORE inline void CvtPiece(D &d, uint32_t dOff, S &s, uint32_t sOff, uint32_t wl, RoundMode mode)
+    {
+        if (wl != uint32_t(kPiece)) {
+            Cvt(d, s, mode);
+            return;
+        }
+        using DFlat = Tile<TileType::Vec, typename D::DType, 1, kVecRows * kPiece, BLayout::RowMajor, 1, DYNAMIC>;
+        using SFlat = Tile<TileType::Vec, typename S::DType, 1, kVecRows * kPiece, BLayout::RowMajor, 1, DYNAMIC>;
+        DFlat df(d.GetValidRow() * wl);
+        SFlat sf(s.GetValidRow() * wl);
+        Assign(df, dOff);
+        Assign(sf, sOff);
+        Cvt(df, sf, mode);
+    }
+
     /* Whether the running max stays on the grid of multiples of ln 2 (MLA's AMLA rescale, pa_amla.hpp). */
     AICORE inline bool PowerOfTwoMax() const { return DCap == kMlaD && t.mlaRescale == PA_MLA_RESCALE_POW2; }
 
@@ -343,7 +367,7 @@ struct VectorCore {
             Exp(pF, pF);
             VecBarrier(kEdgeBarCast);
             WaitFlag(kPUbFree);
-            Cvt(pT, pF, RoundMode::CAST_RINT);
+            CvtPiece(pT, kUbPt, pF, kUbPf, wl, RoundMode::CAST_RINT);
             Handoff(kPCast);
             ForEachScratchRows(t, tk, g.token, g.head, r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
                 PT part(rows, wl);
@@ -352,7 +376,7 @@ struct VectorCore {
             });
             SetFlag(kPUbFree);
             VecBarrier(kEdgeBarWiden);
-            Cvt(pF, pT, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+            CvtPiece(pF, kUbPf, pT, kUbPt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
             VecBarrier(kEdgeBarRowSum);
             if (w0 == 0) {
                 RowSum(ll, pF, sT);
