@@ -575,20 +575,20 @@ struct VectorCore {
 
     /* The mirror of the cube's pipeline over all units of all tasks: softmax(x) then update(x - 1), across
      * task boundaries, so the next task's first softmax runs before the current task's last update. */
-    AICORE inline void Run(uint32_t blockNum)
+    /* The core's task walk, shared by the GQA and MLA runs: onUnit(pending) for each unit of this sub-core's rows
+     * of each task, in order; an empty task (no cube work) first has retireAll() finish what is pending (the
+     * output buffer is shared), then its zero rows written; retireAll() once more at the end.  The task parity
+     * (which running-max slots it uses) and the stage (the unit counter, as on the cube) are the walk's. */
+    template <typename RetireAll, typename OnUnit>
+    AICORE inline void ForEachUnit(uint32_t blockNum, RetireAll &&retireAll, OnUnit &&onUnit)
     {
-        ForEachFreeFlag([](auto f) { SetFlag(f); });
-        Pending pending{};
-        bool havePending = false;
         uint32_t taskCounter = 0;
         ForEachTask(t, core, blockNum, [&](const Task &tk) {
             const SubRows rows = RowsOfSub(tk);
-            const uint32_t row0 = rows.row0, r = rows.r;
-            if (tk.empty) { /* no cube work: finish the pending task first (its output buffer is shared) */
-                if (havePending) Retire(pending);
-                havePending = false;
+            if (tk.empty) {
+                retireAll();
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                if (r != 0) WriteZeros(tk, row0, r);
+                WriteZeros(tk, rows.row0, rows.r);
                 return;
             }
             const uint32_t units = UnitsOf(t, tk);
@@ -596,14 +596,30 @@ struct VectorCore {
             for (uint32_t u = 0; u < units; ++u) {
                 const uint32_t stage = unitCounter++ % kStages;
                 SetUnit(u);
-                Softmax(tk, u, stage, parity, row0, r);
-                if (havePending) Retire(pending);
-                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                pending = Pending{tk, row0, r, u, units, stage, parity};
-                havePending = true;
+                onUnit(Pending{tk, rows.row0, rows.r, u, units, stage, parity});
             }
         });
-        if (havePending) Retire(pending);
+        retireAll();
+    }
+
+    AICORE inline void Run(uint32_t blockNum)
+    {
+        ForEachFreeFlag([](auto f) { SetFlag(f); });
+        Pending pending{};
+        bool havePending = false;
+        ForEachUnit(
+            blockNum,
+            [&] {
+                if (havePending) Retire(pending);
+                havePending = false;
+            },
+            [&](const Pending &next) {
+                Softmax(next.tk, next.u, next.stage, next.parity, next.row0, next.r);
+                if (havePending) Retire(pending);
+                SetWorkItem(int32_t(next.tk.slot), int32_t(next.tk.headStart), int32_t(next.tk.split));
+                pending = next;
+                havePending = true;
+            });
         ForEachFreeFlag([](auto f) { DrainFlag(f); });
         CombineSplits(blockNum);
     }

@@ -209,39 +209,27 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     {
         Base::ForEachFreeFlag([](auto f) { SetFlag(f); });
         Queue queue;
-        uint32_t taskCounter = 0;
-        ForEachTask(t, core, blockNum, [&](const Task &tk) {
-            const typename Base::SubRows rows = this->RowsOfSub(tk);
-            const uint32_t row0 = rows.row0, r = rows.r;
-            if (tk.empty) {
-                while (queue.count != 0) RetireOldest(queue);
-                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                this->WriteZeros(tk, row0, r);
-                return;
-            }
-            const uint32_t units = UnitsOf(t, tk);
-            const uint32_t parity = taskCounter++ % 2;
-            for (uint32_t u = 0; u < units; ++u) {
-                const uint32_t stage = unitCounter++ % kStages;
-                SetUnit(u);
+        this->ForEachUnit(
+            blockNum, [&] { while (queue.count != 0) RetireOldest(queue); },
+            [&](const Pending &next) {
+                const Task &tk = next.tk;
+                const uint32_t u = next.u, stage = next.stage, parity = next.parity;
                 WaitFromCube(QkReady(stage));
-                this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
+                this->ForEachGroup(tk, next.row0, next.r, [&](const TokenRows &g) {
                     this->SoftmaxRows(tk, u, stage, parity, g);
                     UpdateL(u, stage, parity, g);
                     if (u != 0) FoldRise(g);
                 });
-                const bool moved = RowsMoved(u, r);
+                const bool moved = RowsMoved(u, next.r);
                 while (queue.count != 0 && (queue.unit[0].u + 1 == queue.unit[0].units || queue.count == 2 || moved)) {
                     RetireOldest(queue);
                 }
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 SetUnit(u);
-                if (moved) Rescale(tk, stage, row0, r);
+                if (moved) Rescale(tk, stage, next.row0, next.r);
                 SignalCube(SoftmaxReady(stage));
-                queue.unit[queue.count++] = Pending{tk, row0, r, u, units, stage, parity};
-            }
-        });
-        while (queue.count != 0) RetireOldest(queue);
+                queue.unit[queue.count++] = next;
+            });
         Base::ForEachFreeFlag([](auto f) { DrainFlag(f); });
         this->CombineSplits(blockNum);
     }
