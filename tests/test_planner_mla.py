@@ -54,16 +54,29 @@ def test_ranges_even_out_the_busiest_core(batch: int, ctx: int, block_size: int,
     assert (plan.key & abi.KEY_SPLIT_KV_BIT != 0) == (ranges > 1)
 
 
-def test_the_range_count_minimises_the_busiest_cores_work() -> None:
-    """Against every count by brute force: no other count gives the busiest core fewer hand-offs than the chosen
-    one by more than the combine it adds (the proxy the planner ranks by)."""
-    def busiest(head_tasks: int, units: int, ranges: int, cores: int) -> int:
-        return -(-head_tasks * ranges // cores) * -(-units // ranges)
+def test_the_range_count_is_the_cheapest_by_its_documented_cost() -> None:
+    """Against a brute-force reference of the cost ``mla_ranges`` documents (busiest core: rounds x (hand-offs per
+    range + task overhead), plus the partials' share of the combine), over a grid of task counts, sequence
+    lengths and core counts: the chosen count is the cheapest, the fewest ranges on a tie."""
+    from tiling.splits import MLA_PARTIAL_UNITS, MLA_TASK_OVERHEAD_UNITS
 
-    for head_tasks, units, cores in [(128, 64, 24), (40, 32, 24), (7, 100, 24), (300, 16, 20), (24, 8, 24)]:
-        chosen = mla_ranges(head_tasks, 128, units, abi.MLA_HANDOFF_TOKENS, cores, 16)
-        best = min(busiest(head_tasks, units, r, cores) for r in range(1, 17))
-        assert busiest(head_tasks, units, chosen, cores) <= best * 1.1, (head_tasks, units, chosen)
+    def cost(head_tasks: int, rows: int, pages: int, ranges: int, cores: int) -> float:
+        units = -(-pages // ranges)  # pages of one hand-off each (block_size = abi.MLA_HANDOFF_TOKENS below)
+        busiest = -(-head_tasks * ranges // cores) * (units + MLA_TASK_OVERHEAD_UNITS)
+        return busiest + (head_tasks * ranges * MLA_PARTIAL_UNITS * rows / abi.MLA_MAX_TASK_ROWS / cores
+                          if ranges > 1 else 0.0)
+
+    checked = 0
+    for cores in (20, 24):
+        for head_tasks in (1, 5, 7, 16, 24, 40, 128, 196, 300):
+            for pages in (1, 3, 8, 36, 64, 100):
+                for rows in (16, 128):
+                    most = min(pages, 16)
+                    chosen = mla_ranges(head_tasks, rows, pages, abi.MLA_HANDOFF_TOKENS, cores, most)
+                    costs = [cost(head_tasks, rows, pages, r, cores) for r in range(1, most + 1)]
+                    assert chosen == 1 + costs.index(min(costs)), (cores, head_tasks, pages, rows, costs)
+                    checked += 1
+    assert checked == 216
 
 
 def test_forced_strategies_keep_their_meaning() -> None:

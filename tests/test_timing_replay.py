@@ -325,7 +325,7 @@ def test_the_newest_frozen_predictions_meet_the_targets_against_ifa() -> None:
     assert len(rows) == 13
     assert all(row["speedup_vs_ifa"] >= 1.0 for row in rows.values()), rows
     b16 = rows["b16_h32kv8_d128_ctx2k_bs128_fp16"]
-    assert b16["ifa_basis"] == "warm L2" and b16["speedup_vs_ifa"] >= 1.1 and b16["speedup_vs_ifa_cold"] < 1.0
+    assert b16["ifa_basis"] == "warm L2" and b16["speedup_vs_ifa"] >= 1.1
 
 
 def test_first_contact_compares_with_the_newest_frozen_predictions() -> None:

@@ -23,7 +23,7 @@ from tabulate import tabulate
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: timing.predictions.OUT (a test keeps them equal).  Its ``predicted_us`` reads K/V from HBM, as the benchmark's
 #: default method (an L2 flush before each launch) measures; the warm-L2 figure beside it is for the published
-#: method (``--published-method``), not read here.
+#: method (``--no-flush --stat mean``, docs/NPU.md), not read here.
 PREDICTIONS = REPO_ROOT / "timing" / "predictions-2026-11-28-l2.json"
 PUBLISHED = REPO_ROOT / "timing" / "published.json"
 PA_KIT = "pa-kit"

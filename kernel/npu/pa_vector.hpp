@@ -273,6 +273,7 @@ struct VectorCore {
     template <typename D, typename S>
     AICORE inline void CvtPiece(D &d, uint32_t dOff, S &s, uint32_t sOff, uint32_t wl, RoundMode mode)
     {
+        static_assert(D::Cols == kPiece && S::Cols == kPiece, "CvtPiece converts piece tiles (SF, PT) only");
         if (wl != uint32_t(kPiece)) {
             Cvt(d, s, mode);
             return;
@@ -573,8 +574,6 @@ struct VectorCore {
         if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
     }
 
-    /* The mirror of the cube's pipeline over all units of all tasks: softmax(x) then update(x - 1), across
-     * task boundaries, so the next task's first softmax runs before the current task's last update. */
     /* The core's task walk, shared by the GQA and MLA runs: onUnit(pending) for each unit of this sub-core's rows
      * of each task, in order; an empty task (no cube work) first has retireAll() finish what is pending (the
      * output buffer is shared), then its zero rows written; retireAll() once more at the end.  The task parity
@@ -602,6 +601,8 @@ struct VectorCore {
         retireAll();
     }
 
+    /* The mirror of the cube's pipeline over all units of all tasks: softmax(x) then update(x - 1), across
+     * task boundaries, so the next task's first softmax runs before the current task's last update. */
     AICORE inline void Run(uint32_t blockNum)
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
