@@ -23,7 +23,7 @@ from benchmark.roofline import COMPUTE_BOUND
 from timing import trace as tr
 from timing.model import DEFAULT, band_ends, prediction_text
 from timing.published import versus_ifa
-from timing.replay import Prediction, replay
+from timing.replay import Prediction, replay, replay_band
 
 HBM_NOMINAL_BYTES_PER_S = DEFAULT.hbm_peak_bytes_per_s
 
@@ -73,12 +73,12 @@ def predict(handle: Any, launch: Callable[[], Any], block_dim: int, shape_id: st
     }
     figures.update(roofline_share(figures["predicted_percent_of_hbm"], pred.predicted_us, roof))
     warm: tuple[float, float] | None = None
-    if total_bytes <= DEFAULT.l2_capacity_bytes:  # what a harness repeating the launch without an L2 flush sees
-        w_nominal, w_fast, w_slow = (replay(trace, costs, c, inputs_in_l2=True).predicted_us for c in band_ends())
+    if DEFAULT.fits_l2(total_bytes):  # what a harness repeating the launch without an L2 flush sees
+        w_nominal, w_fast, w_slow = (p.predicted_us for p in replay_band(trace, costs, inputs_in_l2=True))
         figures["predicted_warm_l2_us"] = round(w_nominal, 2)
         figures["band_warm_l2_us"] = [round(w_fast, 2), round(w_slow, 2)]
         warm = (w_nominal, w_slow)
-    versus = versus_ifa(shape_id, total_bytes, DEFAULT.l2_capacity_bytes, (pred.predicted_us, band[1]), warm)
+    versus = versus_ifa(shape_id, (pred.predicted_us, band[1]), warm)
     figures.update({("predicted_" + k if k.startswith("speedup") else k): v for k, v in versus.items()})
     return out[0], Predicted(figures, pred.spans, trace.op_names)
 

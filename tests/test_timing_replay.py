@@ -122,17 +122,18 @@ def test_a_warm_l2_serves_the_inputs_at_the_per_core_l2_rate() -> None:
 def test_ifa_is_compared_on_the_basis_its_time_was_measured_on() -> None:
     """IFA's published times came from a harness without an L2 flush: a launch that fits the L2 is compared with
     the warm prediction, one that does not with the cold one; a shape IFA did not publish gets nothing."""
-    from timing.published import ifa_read_warm_l2, versus_ifa
+    from timing.published import ifa_harness_kept_l2, versus_ifa
 
-    l2 = ModelConstants().l2_capacity_bytes
+    model = ModelConstants()
     b16, b64 = "b16_h32kv8_d128_ctx2k_bs128_fp16", "b64_h32kv8_d128_ctx2k_bs128_fp16"
-    assert ifa_read_warm_l2(b16, 134_000_000, l2) and not ifa_read_warm_l2(b64, 537_000_000, l2)
-    warm = versus_ifa(b16, 134_000_000, l2, (116.0, 158.0), (85.0, 130.0))
+    assert ifa_harness_kept_l2(b16) and ifa_harness_kept_l2(b64)
+    assert model.fits_l2(134_000_000) and not model.fits_l2(537_000_000)
+    warm = versus_ifa(b16, (116.0, 158.0), (85.0, 130.0))
     assert warm["ifa_basis"] == "warm L2" and warm["speedup_vs_ifa"] == pytest.approx(102.4 / 85.0, abs=1e-3)
     assert warm["speedup_vs_ifa_cold"] == pytest.approx(102.4 / 116.0, abs=1e-3)
-    cold = versus_ifa(b64, 537_000_000, l2, (448.8, 601.9), None)
+    cold = versus_ifa(b64, (448.8, 601.9), None)
     assert cold["ifa_basis"] == "cold" and cold["speedup_vs_ifa_pessimistic"] == pytest.approx(533.7 / 601.9, abs=1e-3)
-    assert versus_ifa("b16_h40kv8_d128_ctx4k_bs128_bf16", 1, l2, (1.0, 1.0), (1.0, 1.0)) == {}
+    assert versus_ifa("b16_h40kv8_d128_ctx4k_bs128_bf16", (1.0, 1.0), (1.0, 1.0)) == {}
 
 
 def test_short_strided_bursts_cost_more_than_one_long_burst() -> None:

@@ -51,6 +51,11 @@ class ModelConstants:
         value = getattr(self, name)
         return replace(self, **{name: type(value)(value * factor)})
 
+    def fits_l2(self, launch_bytes: int) -> bool:
+        """Whether a launch's tensors (K+V+Q+O, ``launch_bytes``) fit the L2: a harness repeating it without a
+        flush then reads them from L2 (docs/TIMING_MODEL.md, rule 7)."""
+        return launch_bytes <= self.l2_capacity_bytes
+
     def names(self) -> list[str]:
         """The constants a sensitivity band varies (the chip's core count and L2 size are facts, not fits)."""
         return [f.name for f in fields(self) if f.name not in ("cube_cores", "l2_capacity_bytes")]

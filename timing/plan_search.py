@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from tiling import abi, splits
 from timing.costs import CostTables, load_cost_tables
-from timing.model import DEFAULT, band_ends, prediction_text
+from timing.model import DEFAULT, prediction_text
 from timing.predictions import trace_of
-from timing.replay import replay
+from timing.replay import replay, replay_band
 from timing.trace import Trace
 from workloads.shapes import BenchShape, pr_shapes
 
@@ -76,7 +76,7 @@ def with_band(shape: BenchShape, cand: Candidate | None, trace: Trace | None = N
     constants and at both band ends (``warm_l2``: under warm-L2 conditions, docs/TIMING_MODEL.md rule 7)."""
     trace = trace if trace is not None else trace_for(shape, cand)
     costs = costs or load_cost_tables()
-    nominal, fast, slow = (replay(trace, costs, c, inputs_in_l2=warm_l2).predicted_us for c in band_ends())
+    nominal, fast, slow = (p.predicted_us for p in replay_band(trace, costs, inputs_in_l2=warm_l2))
     return prediction_text(nominal, (fast, slow))
 
 

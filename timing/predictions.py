@@ -26,9 +26,9 @@ from tiling import PagedAttentionPlan, plan_paged_attention
 from tiling.splits import CoreSplit
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import BANDS, DEFAULT, band_ends, prediction_text
+from timing.model import BANDS, DEFAULT, prediction_text
 from timing.published import published_peers_us, versus_ifa
-from timing.replay import replay
+from timing.replay import replay_band
 from workloads import bytes_model
 from workloads.cases import build_case
 from workloads.shapes import BenchShape, pr_shapes
@@ -97,9 +97,9 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
     total_bytes = bytes_model.traffic(shape).total_bytes
     kv = trace.events[tr.kv_loads(trace.events)]
     bursts, counts = np.unique(kv["burst_bytes"], return_counts=True)
-    nominal, fast, slow = (replay(trace, costs, c) for c in band_ends())
+    nominal, fast, slow = replay_band(trace, costs)
     floor_us = total_bytes / DEFAULT.hbm_peak_bytes_per_s * 1e6
-    fits_l2 = total_bytes <= DEFAULT.l2_capacity_bytes
+    fits_l2 = DEFAULT.fits_l2(total_bytes)
     row: dict[str, Any] = {
         "shape_id": shape.shape_id, "total_bytes": total_bytes, "hbm_floor_us": round(floor_us, 2),
         "predicted_us": round(nominal.predicted_us, 2),
@@ -114,7 +114,7 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
     warm_us: tuple[float, float] | None = None
     row["fits_l2"] = fits_l2
     if fits_l2:  # the tensors fit the L2: what a harness that repeats the launch without a flush sees (rule 7)
-        w_nominal, w_fast, w_slow = (replay(trace, costs, c, inputs_in_l2=True) for c in band_ends())
+        w_nominal, w_fast, w_slow = replay_band(trace, costs, inputs_in_l2=True)
         row["predicted_warm_l2_us"] = round(w_nominal.predicted_us, 2)
         row["band_warm_l2_us"] = [round(w_fast.predicted_us, 2), round(w_slow.predicted_us, 2)]
         row["bound_warm_l2"] = w_nominal.bound
@@ -123,8 +123,7 @@ def predict_shape(shape: BenchShape, handoff_tokens: int | None = None) -> dict[
     if peers:  # measured times of other kernels on this shape, and how many times faster the prediction is
         row["peers_published_us"] = peers
         row["speedup_vs_peers"] = {k: round(v / nominal.predicted_us, 3) for k, v in peers.items()}
-    row.update(versus_ifa(shape.shape_id, total_bytes, DEFAULT.l2_capacity_bytes,
-                          (nominal.predicted_us, slow.predicted_us), warm_us))
+    row.update(versus_ifa(shape.shape_id, (nominal.predicted_us, slow.predicted_us), warm_us))
     return row
 
 

@@ -31,26 +31,25 @@ def published_ifa_us(shape_id: str) -> float | None:
     return None
 
 
-def ifa_read_warm_l2(shape_id: str, launch_bytes: int, l2_capacity_bytes: int) -> bool:
-    """Whether IFA's published time for this shape read a warm L2: its harness repeated the launch on the same
-    tensors without flushing L2 (``l2_flushed`` false) and the launch's tensors (``launch_bytes``: K+V+Q+O) fit
-    the L2.  Such a time is compared with the warm-L2 prediction, the same basis (docs/TIMING_MODEL.md, rule 7)."""
+def ifa_harness_kept_l2(shape_id: str) -> bool:
+    """Whether IFA's published time for this shape came from a harness that repeated the launch on the same tensors
+    without flushing L2 (``l2_flushed`` false): a launch that fits the L2 was then read from it."""
     for rec in published_records():
         if rec.get("shape_id") == shape_id and rec.get("role") == "target":
-            return rec.get("l2_flushed") is False and launch_bytes <= l2_capacity_bytes
+            return rec.get("l2_flushed") is False
     return False
 
 
-def versus_ifa(shape_id: str, launch_bytes: int, l2_capacity_bytes: int, cold_us: tuple[float, float],
-               warm_us: tuple[float, float] | None) -> dict[str, Any]:
+def versus_ifa(shape_id: str, cold_us: tuple[float, float], warm_us: tuple[float, float] | None) -> dict[str, Any]:
     """IFA's published time for this shape and how many times faster the prediction is, on the basis IFA's time
-    was measured on: the warm-L2 prediction where IFA's harness read a warm L2 (:func:`ifa_read_warm_l2`),
-    else the cold one.  ``cold_us`` and ``warm_us``: (nominal, pessimistic end) of each; ``warm_us`` is None
-    when the launch does not fit the L2.  Empty when IFA published nothing for the shape."""
+    was measured on: the warm-L2 prediction where IFA's harness kept L2 (:func:`ifa_harness_kept_l2`) and the
+    launch fits it, else the cold one (docs/TIMING_MODEL.md, rule 7).  ``cold_us`` and ``warm_us``: (nominal,
+    pessimistic end) of each; ``warm_us`` is None when the launch does not fit the L2
+    (``ModelConstants.fits_l2``).  Empty when IFA published nothing for the shape."""
     ifa = published_ifa_us(shape_id)
     if ifa is None:
         return {}
-    warm = warm_us is not None and ifa_read_warm_l2(shape_id, launch_bytes, l2_capacity_bytes)
+    warm = warm_us is not None and ifa_harness_kept_l2(shape_id)
     nominal, slow = warm_us if warm and warm_us is not None else cold_us
     return {"ifa_published_us": ifa, "ifa_basis": "warm L2" if warm else "cold",
             "speedup_vs_ifa": round(ifa / nominal, 3), "speedup_vs_ifa_pessimistic": round(ifa / slow, 3),

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from timing.costs import CostTables
-from timing.model import DEFAULT, ModelConstants
+from timing.model import DEFAULT, ModelConstants, band_ends
 from timing.trace import (
     EV_ALLVEC,
     EV_BARRIER,
@@ -209,7 +209,7 @@ def replay(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT,
            max_rounds: int = 6, inputs_in_l2: bool = False) -> Prediction:
     """Predicts the launch of ``trace`` (see the module docstring for the model).  ``inputs_in_l2``: the warm-L2
     conditions of a harness that repeats the launch without flushing L2 (the caller checks that the launch's
-    tensors fit ``constants.l2_capacity_bytes``)."""
+    tensors fit the L2, ``constants.fits_l2``)."""
     pricer = Pricer(costs, constants, trace.op_names, inputs_in_l2=inputs_in_l2)
     streams = {key: _rows(evs) for key, evs in trace.streams().items()}
     cache: dict[tuple, Priced] = {}
@@ -244,6 +244,14 @@ def replay(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT,
     hbm_time = hbm_load / hbm_rate if hbm_rate > 0 else 0.0
     return Prediction(total * 1e6, _bound(busy, end, makespan, stretch), hbm_bytes, stretch, hbm_time, busy, end,
                       spans)
+
+
+def replay_band(trace: Trace, costs: CostTables, constants: ModelConstants = DEFAULT, *,
+                inputs_in_l2: bool = False) -> tuple[Prediction, Prediction, Prediction]:
+    """``trace`` replayed at ``constants`` and at both ends of their bands (``band_ends``): nominal, optimistic,
+    pessimistic, the triple every printed prediction carries (docs/TIMING_MODEL.md, rule 5)."""
+    nominal, fast, slow = (replay(trace, costs, c, inputs_in_l2=inputs_in_l2) for c in band_ends(constants))
+    return nominal, fast, slow
 
 
 def _run(streams: dict[tuple[int, int], list[tuple]], prices: dict[tuple[int, int], list[Priced]],
