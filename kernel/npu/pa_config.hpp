@@ -50,9 +50,10 @@ constexpr int kDCapMedium = 128;
 constexpr int kDCapLarge = PA_MAX_HEAD_DIM;
 
 /* ---- MLA (ABI v5): one latent head, every q head of a token range in one task ------------------------------
- * The latent tile of a hand-off (PA_MLA_HANDOFF_TOKENS tokens x (512 + 64) columns, 144 KiB) stays in L1 from its
- * Q.K^T to its P.V, so each latent byte is loaded from GM once per split for every head; two such tiles (the unit
- * the vectors work on and the next) plus Q (128 rows x 576) and P fill L1.  The output accumulates in fp32 in GM,
+ * The latent tile of a hand-off (PA_MLA_HANDOFF_TOKENS tokens x 512 columns, 128 KiB, and its 64 rope columns beside
+ * it) stays in L1 from its Q.K^T to its P.V, so each latent byte is loaded from GM once per split for every head;
+ * two such tiles (the unit the vectors work on and the next) plus Q (128 rows x 576) and P fill L1, or three when a
+ * task has at most kMlaPrefetchRows rows.  The output accumulates in fp32 in GM,
  * the core's whole o_tmp stride (PA_MLA_MAX_TASK_ROWS rows x 512). */
 constexpr int kMlaD = PA_MLA_LATENT_DIM;
 constexpr int kMlaRope = PA_MLA_ROPE_DIM;
@@ -61,6 +62,9 @@ constexpr int kMlaRows = PA_MLA_MAX_TASK_ROWS; /* matmul M: every row of a task 
 constexpr int kMlaTok = PA_MLA_HANDOFF_TOKENS; /* tokens of a unit: the latent tile's columns                 */
 constexpr int kMlaKChunk = 64;                 /* Q.K^T's inner length per matmul (L0A/L0B double buffers)     */
 constexpr int kMlaVCols = 64;                  /* P.V's output columns per matmul (two L0C accumulators, alternating) */
+/* Rows of a task up to which L1 holds three latent tiles beside Q and P (the next unit's latent loads while this one
+ * multiplies): 3 x 128 KiB latent + 2 x 16 KiB rope + 64 rows of Q (72 KiB) and P (16 KiB) = 504 KiB of 512. */
+constexpr int kMlaPrefetchRows = 64;
 static_assert(kMlaRows * kMlaD <= PA_O_TMP_CORE_STRIDE_ELEMS, "an MLA task's output fits its core's o_tmp");
 static_assert(kMlaD % kMlaKChunk == 0 && kMlaRope == kMlaKChunk && kMlaD % kMlaVCols == 0, "MLA matmul chunks");
 

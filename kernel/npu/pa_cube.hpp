@@ -31,7 +31,9 @@ struct CubeCore {
         fn(kOAccFree);
         fn(OAccFree(1));
         fn(kPLeftFree);
+        fn(KvL1Free(2));
         for (uint32_t b = 0; b < 2; ++b) {
+            fn(RopeL1Free(b));
             fn(KvL1Free(b));
             fn(L0Free(b));
             fn(SAccFree(b));
@@ -96,7 +98,13 @@ struct CubeCore {
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
         if constexpr (DCap == kMlaD) {
-            RunTasks<MlaPath<T>>(blockNum); /* the MLA instantiation (pa_kernel.cpp) */
+            /* the MLA instantiation (pa_kernel.cpp): a task's rows pick the prefetching path when they fit it */
+            const uint32_t heads = st.t.formerHead > st.t.tailHead ? st.t.formerHead : st.t.tailHead;
+            if (heads * st.t.qLen <= uint32_t(kMlaPrefetchRows)) {
+                RunTasks<MlaPrefetchPath<T>>(blockNum);
+            } else {
+                RunTasks<MlaWidePath<T>>(blockNum);
+            }
         } else if (st.t.group * st.t.qLen <= uint32_t(kSlotRows)) { /* a run's heads x query tokens in one slot */
             RunTasks<ChunkPath<T, DCap>>(blockNum);
         } else {

@@ -2,12 +2,18 @@
  * Cube data path for absorbed MLA (ABI v5): one latent head shared by every q head of the task, so a task's rows
  * (its heads x query tokens, up to kMlaRows) are one matmul's M.
  *
- * A unit is kMlaTok tokens.  Its latent (512 columns) and rope (64) come into one L1 tile laid out as K^T (ZN: 16
- * latent columns x the unit's tokens per fractal row block), once: Q.K^T moves 64-row chunks of it to L0B, and P.V,
- * a unit later, moves 128-column slices of the same bytes as V (the NZ layout of V holds exactly the bytes of ZN
- * K^T: a token's 16 elements of a 16-column group are one 32-byte line in both).  Two such tiles alternate by the
- * unit's stage, so the latent of unit u is in L1 from its Q.K^T (while the vectors still work on unit u - 1) to its
- * P.V: each latent byte is read from GM once per split, whatever the head count.
+ * A unit is kMlaTok tokens.  Its latent (512 columns) comes into one L1 tile laid out as K^T (ZN: 16 latent columns
+ * x the unit's tokens per fractal row block), once, and its rope (64) into a rope tile beside it: Q.K^T moves 64-row
+ * chunks of both to L0B; P.V, a unit later, moves 64-column slices of the latent tile as V (the NZ layout of V holds
+ * exactly the bytes of ZN K^T: a token's 16 elements of a 16-column group are one 32-byte line in both).  The latent
+ * of unit u stays in L1 from its Q.K^T (while the vectors still work on unit u - 1) to its P.V: each latent byte is
+ * read from GM once per split, whatever the head count.
+ *
+ * Two instantiations, picked per launch by a task's rows (MlaPathFor): up to kMlaPrefetchRows rows, Q and P are
+ * small enough for three latent tiles, and a unit's Q.K^T issues the load of the task's next unit into the third
+ * (prefetch: the load runs under this unit's Q.K^T and the previous P.V, not after them); above that, two tiles,
+ * and each unit loads its own latent when its Q.K^T starts.  Rope tiles alternate by the unit counter in both, each
+ * with its own free flag (Q.K^T's last chunk is the rope tile's last reader).
  *
  * Q (latent 512 + rope 64 columns, NZ) is loaded once per task and stays in L1; each Q.K^T extracts its 64-column
  * chunks to L0A.  S (rows x unit) accumulates in L0C over the 9 chunks and goes to GM scratch.  P.V writes 4 slices of
@@ -25,40 +31,45 @@
 
 namespace pa {
 
-template <typename T>
+/* kRows: a task's rows at most (matmul M); kTiles: latent tiles in L1 (3: prefetch the task's next unit). */
+template <typename T, int kRows, int kTiles>
 struct MlaPath {
-    /* L1: Q (NZ, all rows x 576), its rope view, the unit's K^T (ZN, 576 x unit) and its views, P (NZ). */
-    using QMat = Tile<TileType::Mat, T, kMlaRows, kMlaK, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using QPart = Tile<TileType::Mat, T, kMlaRows, kMlaD, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using QRope = Tile<TileType::Mat, T, kMlaRows, kMlaRope, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using KAll = Tile<TileType::Mat, T, kMlaK, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    static_assert(kTiles == 2 || kTiles == 3, "two latent tiles, or three with the next unit's prefetch");
+    static constexpr bool kPrefetch = kTiles == 3;
+    /* L1: Q (NZ, all rows x 576), its rope view, the unit's latent K^T (ZN, 512 x unit) and rope K^T (ZN, 64 x
+     * unit), their chunks and V slices, P (NZ). */
+    using QMat = Tile<TileType::Mat, T, kRows, kMlaK, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using QPart = Tile<TileType::Mat, T, kRows, kMlaD, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using QRope = Tile<TileType::Mat, T, kRows, kMlaRope, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using KLat = Tile<TileType::Mat, T, kMlaD, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using KRopeT = Tile<TileType::Mat, T, kMlaRope, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using KChunk = Tile<TileType::Mat, T, kMlaKChunk, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VSlice = Tile<TileType::Mat, T, kMlaTok, kMlaVCols, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
-    using PMat = Tile<TileType::Mat, T, kMlaRows, kMlaTok, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
+    using PMat = Tile<TileType::Mat, T, kRows, kMlaTok, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     /* L0 operands and accumulators. */
-    using QLeft = TileLeft<T, kMlaRows, kMlaKChunk, DYNAMIC, DYNAMIC>;
+    using QLeft = TileLeft<T, kRows, kMlaKChunk, DYNAMIC, DYNAMIC>;
     using KRight = TileRight<T, kMlaKChunk, kMlaTok, DYNAMIC, DYNAMIC>;
-    using PLeft = TileLeft<T, kMlaRows, kMlaTok, DYNAMIC, DYNAMIC>;
+    using PLeft = TileLeft<T, kRows, kMlaTok, DYNAMIC, DYNAMIC>;
     using VRight = TileRight<T, kMlaTok, kMlaVCols, DYNAMIC, DYNAMIC>;
     /* Compact accumulators: mad lays C out with ceil(m / 16) fractal rows per column block (the valid m, not the
      * tile's static rows), and only a compact tile makes FIX's store read it at that stride. */
-    using SAcc = TileAccCompact<float, kMlaRows, kMlaTok, DYNAMIC, DYNAMIC>;
-    using OAcc = TileAccCompact<float, kMlaRows, kMlaVCols, DYNAMIC, DYNAMIC>;
+    using SAcc = TileAccCompact<float, kRows, kMlaTok, DYNAMIC, DYNAMIC>;
+    using OAcc = TileAccCompact<float, kRows, kMlaVCols, DYNAMIC, DYNAMIC>;
 
     /* Bytes of one 16-row block of the ZN K^T tile (a fractal row block: 16 columns of the latent x kMlaTok tokens),
      * which is also one 16-column block of V read NZ. */
     static constexpr uint32_t kKBlockBytes = 16 * kMlaTok * sizeof(T);
-    /* One 16-column block of Q in L1 (NZ): kMlaRows rows x 16. */
-    static constexpr uint32_t kQBlockBytes = kMlaRows * 16 * sizeof(T);
+    /* One 16-column block of Q in L1 (NZ): kRows rows x 16. */
+    static constexpr uint32_t kQBlockBytes = kRows * 16 * sizeof(T);
 
-    /* On-chip layout (bytes).  L1: Q | two K^T tiles | P.  L0A: two Q chunks | P.  L0B: two operands.  L0C: S | two
-     * P.V slice accumulators (FIX stores one while M fills the other). */
+    /* On-chip layout (bytes).  L1: Q | kTiles latent K^T tiles | two rope K^T tiles | P.  L0A: two Q chunks | P.
+     * L0B: two operands.  L0C: S | two P.V slice accumulators (FIX stores one while M fills the other). */
     static constexpr uint32_t kL1Q = 0;
     static constexpr uint32_t kL1Kv0 = AlignUp(QMat::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL1KvBytes = AlignUp(KAll::Numel * sizeof(T), kOnChipAlign);
-    static constexpr uint32_t kL1P = kL1Kv0 + 2 * kL1KvBytes;
+    static constexpr uint32_t kL1KvBytes = AlignUp(KLat::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1Rope0 = kL1Kv0 + kTiles * kL1KvBytes;
+    static constexpr uint32_t kL1RopeBytes = AlignUp(KRopeT::Numel * sizeof(T), kOnChipAlign);
+    static constexpr uint32_t kL1P = kL1Rope0 + 2 * kL1RopeBytes;
     static constexpr uint32_t kL0aQBytes = AlignUp(QLeft::Numel * sizeof(T), kOnChipAlign);
     static constexpr uint32_t kL0aP = 2 * kL0aQBytes;
     static constexpr uint32_t kL0bBytes = AlignUp(KRight::Numel > VRight::Numel ? KRight::Numel * sizeof(T)
@@ -68,13 +79,19 @@ struct MlaPath {
     static constexpr uint32_t kL0cO = AlignUp(SAcc::Numel * sizeof(float), kOnChipAlign);
     static constexpr uint32_t kL0cOBytes = AlignUp(OAcc::Numel * sizeof(float), kOnChipAlign);
     static_assert(kL1P + PMat::Numel * sizeof(T) <= kL1Bytes, "MLA L1 plan overflows");
+    static_assert(kRows % 16 == 0 && kRows <= kMlaRows, "a task's rows in whole fractal row blocks");
     static_assert(kL0aP + PLeft::Numel * sizeof(T) <= kL0aBytes, "MLA L0A plan overflows");
     static_assert(2 * kL0bBytes <= pa::kL0bBytes, "MLA L0B plan overflows");
     static_assert(kL0cO + 2 * kL0cOBytes <= kL0cBytes, "MLA L0C plan overflows");
 
     using Piece = typename CubeState<T>::Piece;
 
+    /* The latent tile and the rope tile of the unit with global counter c (the counter orders all of a core's
+     * units; the vectors' scratch stage is c % kStages). */
+    static AICORE inline uint32_t TileOf(uint32_t c) { return c % kTiles; }
+    static AICORE inline uint32_t RopeOf(uint32_t c) { return c % 2; }
     static AICORE inline uint32_t KvTile(uint32_t b) { return kL1Kv0 + b * kL1KvBytes; }
+    static AICORE inline uint32_t RopeTile(uint32_t r) { return kL1Rope0 + r * kL1RopeBytes; }
 
     /* FIX: columns [0, cols) of the compact accumulator of m rows at L0C byte l0c into GM at `off` (row pitch
      * `pitch`), added into GM when `add`: one store, rows of cols x 4 bytes (the bursts stay long). */
@@ -105,49 +122,59 @@ struct MlaPath {
         Handoff(kQLoaded);
     }
 
-    /* The unit's latent and rope, page piece by page piece, into K^T tile b: column c of the tile is token c. */
-    static AICORE inline void LoadLatent(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t b, uint32_t len)
+    /* Unit u (global counter c): its latent and rope, page piece by page piece, into latent tile TileOf(c) and
+     * rope tile RopeOf(c): column j of both is token j.  MTE1 waits for KvLoaded(TileOf(c)) before its Q.K^T. */
+    static AICORE inline void LoadLatent(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t c)
     {
-        WaitFlag(KvL1Free(b)); /* the P.V of the unit two before moved its last slice out */
+        const uint32_t b = TileOf(c), r = RopeOf(c), len = UnitTokens(st.t, tk, u);
+        WaitFlag(KvL1Free(b));   /* the P.V of unit c - kTiles moved its last slice out */
+        WaitFlag(RopeL1Free(r)); /* the Q.K^T of unit c - 2 moved its rope chunk out */
         /* the tokens past a ragged unit are multiplied by Q.K^T and, as V's rows, by P.V: zero unless they are */
-        st.template ZeroBuffer<KAll>(KvTile(b), st.kvBox[b].BeforeLoad(kMlaK / 16, len, kMlaK / 16, kMlaTok, false));
+        st.template ZeroBuffer<KLat>(KvTile(b), st.kvBox[b].BeforeLoad(kMlaD / 16, len, kMlaD / 16, kMlaTok, false));
+        st.template ZeroBuffer<KRopeT>(RopeTile(r),
+                                       st.ropeBox[r].BeforeLoad(kMlaRope / 16, len, kMlaRope / 16, kMlaTok, false));
         st.ForEachPiece(tk, u, 0, len, kMlaTok, [&](const Piece &pc) {
             KLat lat(kMlaD, pc.len);
             KRopeT rope(kMlaRope, pc.len);
             Assign(lat, KvTile(b) + pc.col * kNzRowBytes);
-            Assign(rope, KvTile(b) + (kMlaD / 16) * kKBlockBytes + pc.col * kNzRowBytes);
+            Assign(rope, RopeTile(r) + pc.col * kNzRowBytes);
             LoadDn(lat, st.k, pc.kvOff, kMlaD, pc.len, kMlaD, kTrafficKv);
             LoadDn(rope, st.kRope, pc.kvOff / kMlaD * kMlaRope, kMlaRope, pc.len, kMlaRope, kTrafficKv);
         });
-        Handoff(KvLoaded(b));
+        SetFlag(KvLoaded(b));
     }
 
-    /* Unit u: S = Q.K^T over the 576 columns, into GM scratch stage `stage`; the latent stays in tile `stage`. */
+    /* Unit u (the core's unit st.unitCounter): S = Q.K^T over the 576 columns, into GM scratch stage `stage`; the
+     * latent stays in its tile until the unit's P.V. */
     static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const TaskRun run = Rows(st, tk);
-        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u);
+        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u), ctr = st.unitCounter, tile = TileOf(ctr);
         if (u == 0) LoadQ(st, tk, run);
-        LoadLatent(st, tk, u, stage, len);
+        if (!kPrefetch || u == 0) LoadLatent(st, tk, u, ctr); /* else the previous unit's Q.K^T loaded it */
+        if (kPrefetch && u + 1 < UnitsOf(st.t, tk)) LoadLatent(st, tk, u + 1, ctr + 1);
+        WaitFlag(KvLoaded(tile));
         QMat qMat(m, kMlaK);
         SAcc acc(m, kMlaTok);
         Assign(qMat, kL1Q);
         Assign(acc, kL0cS);
-        for (uint32_t c = 0; c < uint32_t(kMlaK / kMlaKChunk); ++c) {
+        for (uint32_t k = 0; k < uint32_t(kMlaK / kMlaKChunk); ++k) {
             const uint32_t b = st.l0Toggle++ & 1u;
             QLeft qLeft(m, kMlaKChunk);
             KChunk kChunk(kMlaKChunk, kMlaTok);
             KRight kRight(kMlaKChunk, kMlaTok);
             Assign(qLeft, b * kL0aQBytes);
-            Assign(kChunk, KvTile(stage) + c * (kMlaKChunk / 16) * kKBlockBytes);
+            Assign(kChunk, k < uint32_t(kMlaD / kMlaKChunk) ? KvTile(tile) + k * (kMlaKChunk / 16) * kKBlockBytes
+                                                              : RopeTile(RopeOf(ctr)));
             Assign(kRight, b * kL0bBytes);
             WaitFlag(L0Free(b));
-            Extract(qLeft, qMat, 0, c * kMlaKChunk);
+            Extract(qLeft, qMat, 0, k * kMlaKChunk);
             Mov(kRight, kChunk);
-            if (c + 1 == uint32_t(kMlaK / kMlaKChunk) && u + 1 == UnitsOf(st.t, tk)) SetFlag(kQL1Free);
+            if (k + 1 == uint32_t(kMlaK / kMlaKChunk)) SetFlag(RopeL1Free(RopeOf(ctr)));
+            if (k + 1 == uint32_t(kMlaK / kMlaKChunk) && u + 1 == UnitsOf(st.t, tk)) SetFlag(kQL1Free);
             Handoff(L0Ready(b));
-            if (c == 0) WaitFlag(SAccFree(0));
-            if (c == 0) {
+            if (k == 0) WaitFlag(SAccFree(0));
+            if (k == 0) {
                 Matmul(acc, qLeft, kRight);
             } else {
                 MatmulAcc(acc, qLeft, kRight);
@@ -161,12 +188,13 @@ struct MlaPath {
         SetFlag(SAccFree(0));
     }
 
-    /* Unit u: the task's output accumulator (+)= P.V, slice by slice of kMlaVCols columns, V read from tile `stage`,
-     * the slices' L0C accumulators alternating so that FIX stores one while M computes the next. */
+    /* Unit u (the core's unit st.unitCounter - 1: the one before the Q.K^T just issued): the task's output
+     * accumulator (+)= P.V, slice by slice of kMlaVCols columns, V read from the unit's latent tile, the slices' L0C
+     * accumulators alternating so that FIX stores one while M computes the next. */
     static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
     {
         const TaskRun run = Rows(st, tk);
-        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u);
+        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u), tile = TileOf(st.unitCounter - 1);
         PMat pMat(m, len), pWhole(m, kMlaTok);
         PLeft pLeft(m, kMlaTok);
         Assign(pMat, kL1P);
@@ -188,12 +216,12 @@ struct MlaPath {
             VRight vRight(kMlaTok, kMlaVCols);
             OAcc acc(m, kMlaVCols);
             const uint32_t ob = sl & 1u;
-            Assign(vSlice, KvTile(stage) + sl * (kMlaVCols / 16) * kKBlockBytes);
+            Assign(vSlice, KvTile(tile) + sl * (kMlaVCols / 16) * kKBlockBytes);
             Assign(vRight, b * kL0bBytes);
             Assign(acc, kL0cO + ob * kL0cOBytes);
             WaitFlag(L0Free(b));
             Mov(vRight, vSlice);
-            if (sl + 1 == slices) SetFlag(KvL1Free(stage)); /* the unit's latent is no longer needed */
+            if (sl + 1 == slices) SetFlag(KvL1Free(tile)); /* the unit's latent is no longer needed */
             Handoff(L0Ready(b));
             WaitFlag(OAccFree(ob));
             Matmul(acc, pLeft, vRight);
@@ -207,6 +235,13 @@ struct MlaPath {
         }
     }
 };
+
+/* The two MLA paths: three latent tiles (the next unit prefetched) while Q and P of a task's rows leave L1 room for
+ * them, two tiles for larger tasks (128 heads: Q alone is 144 KiB). */
+template <typename T>
+using MlaPrefetchPath = MlaPath<T, kMlaPrefetchRows, 3>;
+template <typename T>
+using MlaWidePath = MlaPath<T, kMlaRows, 2>;
 
 }  // namespace pa
 

@@ -48,6 +48,10 @@ enum Edge : int {
     kEdgeOAccFree1,     /* FIX -> M      ev 3: MLA: P.V slice buffer 1 reached GM (buffer 0: kEdgeOAccFree)         */
     kEdgePLoaded,       /* MTE2 -> MTE1  ev 3: MLA: P of a unit is in L1 (its latent was loaded a unit before)   */
     kEdgePLeftFree,     /* M -> MTE1     ev 3: MLA: the unit's last P.V read L0A's P, the next P may move in    */
+    kEdgeKvLoaded2,     /* MTE2 -> MTE1  ev 4: MLA: the third latent tile (and its rope) is in L1              */
+    kEdgeKvL1Free2,     /* MTE1 -> MTE2  ev 4: MLA: the third latent tile's P.V moved its last slice out       */
+    kEdgeRopeL1Free0,   /* MTE1 -> MTE2  ev 5 + r: MLA: Q.K^T moved rope tile r to L0B, the next rope may load  */
+    kEdgeRopeL1Free1,
     /* ---- cross-core (FFTS) ---- */
     kEdgeQkReady0,      /* cube FIX -> vectors: S of a stage-0 unit is in GM                                */
     kEdgeQkReady1,
@@ -124,13 +128,21 @@ struct Flag {
     int edge;
 };
 
-/* ping-pong helpers: buffer b in {0, 1} */
-constexpr Flag<kPipeMte2, kPipeMte1> KvLoaded(uint32_t b) { return {int(b), kEdgeKvLoaded0 + int(b)}; }
-constexpr Flag<kPipeMte1, kPipeMte2> KvL1Free(uint32_t b) { return {int(b), kEdgeKvL1Free0 + int(b)}; }
+/* ping-pong helpers: buffer b in {0, 1}; the K/V L1 buffers also b = 2 (MLA's third latent tile, event 4) */
+constexpr Flag<kPipeMte2, kPipeMte1> KvLoaded(uint32_t b)
+{
+    return b < 2 ? Flag<kPipeMte2, kPipeMte1>{int(b), kEdgeKvLoaded0 + int(b)} : Flag<kPipeMte2, kPipeMte1>{4, kEdgeKvLoaded2};
+}
+constexpr Flag<kPipeMte1, kPipeMte2> KvL1Free(uint32_t b)
+{
+    return b < 2 ? Flag<kPipeMte1, kPipeMte2>{int(b), kEdgeKvL1Free0 + int(b)} : Flag<kPipeMte1, kPipeMte2>{4, kEdgeKvL1Free2};
+}
 constexpr Flag<kPipeMte1, kPipeM> L0Ready(uint32_t b) { return {int(b), kEdgeL0Ready0 + int(b)}; }
 constexpr Flag<kPipeM, kPipeMte1> L0Free(uint32_t b) { return {int(b), kEdgeL0Free0 + int(b)}; }
 constexpr Flag<kPipeM, kPipeFix> SAccReady(uint32_t b) { return {int(b), kEdgeSAccReady0 + int(b)}; }
 constexpr Flag<kPipeFix, kPipeM> SAccFree(uint32_t b) { return {int(b), kEdgeSAccFree0 + int(b)}; }
+
+constexpr Flag<kPipeMte1, kPipeMte2> RopeL1Free(uint32_t r) { return {5 + int(r), kEdgeRopeL1Free0 + int(r)}; }
 
 constexpr Flag<kPipeMte2, kPipeMte1> kQLoaded{2, kEdgeQLoaded};
 constexpr Flag<kPipeMte1, kPipeMte2> kQL1Free{2, kEdgeQL1Free};
