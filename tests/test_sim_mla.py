@@ -89,6 +89,30 @@ def test_each_latent_byte_is_read_once_per_split() -> None:
 
 
 @needs_sim
+@pytest.mark.parametrize(("heads", "ahead"), [(16, 2), (64, 2), (72, 1), (128, 1)])
+def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(heads: int, ahead: int) -> None:
+    """A task of at most kMlaPrefetchRows rows holds three latent tiles, and each unit's Q.K^T first issues the load
+    of the task's next unit (kernel/npu/PERFORMANCE.md, change 15): each cube core issues the latent loads of two
+    units before its first matmul (one piece a unit: pages of 128), where a larger task issues one."""
+    import numpy as np
+
+    from timing import trace as tr
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    trace = trace_of(mla_shape(2, 1024, num_heads=heads), 4)
+    ev = trace.events
+    mads = [i for i, name in enumerate(trace.op_names) if name == "mad"]
+    cube = (ev["role"] == 0) & (ev["kind"] == tr.EV_INSTR)
+    latent = cube & tr.kv_loads(ev)  # the latent cache (the rope part has a slot of its own)
+    for core in np.unique(ev["core"][cube]):
+        mine = ev["core"] == core
+        first_mad = int(np.flatnonzero(mine & cube & np.isin(ev["op"], mads))[0])
+        before = int(np.count_nonzero(latent[:first_mad] & mine[:first_mad]))
+        assert before == ahead, (heads, int(core), before)
+
+
+@needs_sim
 def test_the_two_rescales_agree_within_tolerance_and_differ_where_amla_is_not_exact() -> None:
     """Both rescales pass the golden and give different bits (AMLA's max sits up to ln 2 above the exact one, so
     P = exp(S - m) rounds differently).  They part where AMLA's integer add is not a multiply: a latent column that

@@ -9,15 +9,15 @@
  * of unit u stays in L1 from its Q.K^T (while the vectors still work on unit u - 1) to its P.V: each latent byte is
  * read from GM once per split, whatever the head count.
  *
- * Two instantiations, picked per launch by a task's rows (MlaPathFor): up to kMlaPrefetchRows rows, Q and P are
+ * Two instantiations, picked per launch by a task's rows (CubeCore::Run): up to kMlaPrefetchRows rows, Q and P are
  * small enough for three latent tiles, and a unit's Q.K^T issues the load of the task's next unit into the third
  * (prefetch: the load runs under this unit's Q.K^T and the previous P.V, not after them); above that, two tiles,
  * and each unit loads its own latent when its Q.K^T starts.  Rope tiles alternate by the unit counter in both, each
  * with its own free flag (Q.K^T's last chunk is the rope tile's last reader).
  *
  * Q (latent 512 + rope 64 columns, NZ) is loaded once per task and stays in L1; each Q.K^T extracts its 64-column
- * chunks to L0A.  S (rows x unit) accumulates in L0C over the 9 chunks and goes to GM scratch.  P.V writes 4 slices of
- * 128 output columns into the task's fp32 accumulator in GM (the core's o_tmp): stored for the first unit, added
+ * chunks to L0A.  S (rows x unit) accumulates in L0C over the 9 chunks and goes to GM scratch.  P.V writes 8 slices of
+ * 64 output columns into the task's fp32 accumulator in GM (the core's o_tmp): stored for the first unit, added
  * (FIX's atomic add) for the next ones, after the vectors have rescaled it (pa_vector_mla.hpp).
  *
  * Every matmul multiplies whole static widths: k = 64 of Q.K^T, k = kMlaTok of P.V (P's columns and the latent's
