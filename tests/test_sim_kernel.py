@@ -386,6 +386,43 @@ def test_one_split_sequences_skip_the_combine() -> None:
     assert res["stats"]["partial_bytes"] == 2 * sum(m * row_bytes for m in splits if m >= 2), (res["stats"], splits)
 
 
+def combine_reads_and_rows(shape: Any, cores: int) -> list[tuple[int, int]]:
+    """Per vector sub-core of a split-KV launch: its scalar GM reads after the all-vector barrier (the combine's),
+    and the output rows it stores there."""
+    from timing import trace as tr
+    from timing.predictions import trace_of
+
+    trace = trace_of(shape, cores)
+    read = trace.op_names.index("scalar GM read")
+    found = []
+    for (_, role), ev in trace.streams().items():
+        barrier = np.flatnonzero(ev["kind"] == tr.EV_ALLVEC)
+        if role == 0 or len(barrier) == 0:
+            continue
+        after = ev[barrier[0] + 1:]
+        instr = after["kind"] == tr.EV_INSTR
+        stores = instr & (after["pipe"] == tr.PIPE_MTE3) & (after["slot"] == int(abi.ArgSlot.O))
+        found.append((int(np.sum(instr & (after["op"] == read))), int(np.sum(stores))))
+    return found
+
+
+@needs_sim
+@pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
+def test_the_combine_reads_a_sequences_words_once_per_run_of_rows(mla: bool) -> None:
+    """A combine item is a run of one sequence's rows (``CombineRunsPerSlot``): two sequences of 32 (GQA) or 64
+    (MLA) rows on 8 vector sub-cores make runs of 8 or 16 rows, one per sub-core, so each sub-core reads the
+    sequence's words (gather, length, three addresses: 8 scalar GM reads) once, where reading them per row made
+    9 reads a row (72 or 144)."""
+    from workloads.shapes import mla_shape, uniform_shape
+
+    shape = mla_shape(2, 2048, num_heads=64) if mla else uniform_shape(2, 4096, num_heads=32, num_kv_heads=8)
+    per_sub = combine_reads_and_rows(shape, 4)
+    rows = 64 if mla else 32
+    assert len(per_sub) == 8, f"the launch must reach the combine on all 8 sub-cores: {per_sub}"
+    assert sorted(r for _, r in per_sub) == [rows // 4] * 8, per_sub
+    assert all(reads <= 8 for reads, _ in per_sub), per_sub
+
+
 @needs_sim
 def test_a_lost_signal_is_a_deadlock_naming_core_pipe_and_flag() -> None:
     """A lost cube->vector signal (fault injection) ends the launch at once with PA_ERR_INTERNAL, naming the

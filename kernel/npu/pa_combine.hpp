@@ -8,6 +8,9 @@
  * wrote the output row (pa_vector.hpp, Finish), exactly what the combine of one partial would write.
  * A sink joins as one more term of the weights' sum, exp(sink - M), whose partial is zero; the row's lse is
  * M + ln(sum), sink included.
+ *
+ * A work item is a run of consecutive query rows of one sequence (CombineRunsPerSlot), so the sequence's words
+ * (slot, length, three addresses: eight scalar GM reads) are read once per run, not once per row.
  */
 #ifndef PA_COMBINE_HPP
 #define PA_COMBINE_HPP
@@ -15,6 +18,34 @@
 #include "pa_features.hpp"
 
 namespace pa {
+
+/* Runs of each sequence's rowsPerSlot query rows the combine's items cut it into.  The cost of r runs is
+ * ceil(batch x r / workers) x (ceil(rowsPerSlot / r) + 1): the busiest sub-core's rows, plus one per run for the
+ * run's reads of the sequence's words.  With k items on the busiest sub-core the most runs are floor(k x workers /
+ * batch), so only those r are tried, for the first kCombineRoundsTried values of k from the least that gives every
+ * sequence a run (a short scalar loop, once per sub-core).  One row per item when the sub-cores outnumber the rows;
+ * b8 x 128 rows on 48 sub-cores: 6 runs of 22 rows, one item per sub-core. */
+AICORE inline uint32_t CombineRunsPerSlot(uint32_t batch, uint32_t rowsPerSlot, uint32_t workers)
+{
+    if (batch == 0 || rowsPerSlot == 0 || workers == 0) return 1;
+    const uint32_t most = rowsPerSlot < uint32_t(kCombineMaxRunsPerSlot) ? rowsPerSlot
+                                                                          : uint32_t(kCombineMaxRunsPerSlot);
+    const uint32_t k0 = CeilDiv(batch, workers);
+    uint32_t best = 1;
+    uint64_t bestCost = ~uint64_t(0);
+    for (uint32_t k = k0; k < k0 + uint32_t(kCombineRoundsTried); ++k) {
+        uint64_t r = uint64_t(k) * workers / batch; /* >= 1: k x workers >= batch */
+        if (r > most) r = most;
+        const uint64_t rounds = (uint64_t(batch) * r + workers - 1) / workers;
+        const uint64_t cost = rounds * ((rowsPerSlot + r - 1) / r + 1);
+        if (cost < bestCost) {
+            bestCost = cost;
+            best = uint32_t(r);
+        }
+        if (r == most) break;
+    }
+    return best;
+}
 
 template <typename T, int DCap>
 struct CombineCore {
@@ -51,17 +82,26 @@ struct CombineCore {
     Gm<float> ocore, l, lseGm; /* PA_ARG_LSE, NULL without the lse */
     __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
 
-    /* Query row `row` (token t, head h: t * Hq + h) of slot `slot`. */
-    AICORE inline void One(uint32_t slot, uint32_t row)
+    /* A sequence's words the combine uses, read once per run of its rows. */
+    struct Seq {
+        uint32_t slot, splits;
+        uint64_t addrL, addrOfd, addrO;
+    };
+    AICORE inline Seq SeqOf(uint32_t slot, uint32_t splits) const
+    {
+        return Seq{slot, splits, HiLo(t.SlotWord(slot, PA_BF_ADDR_L_HI), t.SlotWord(slot, PA_BF_ADDR_L_LO)),
+                   HiLo(t.SlotWord(slot, PA_BF_ADDR_OFD_HI), t.SlotWord(slot, PA_BF_ADDR_OFD_LO)),
+                   HiLo(t.SlotWord(slot, PA_BF_ADDR_O_HI), t.SlotWord(slot, PA_BF_ADDR_O_LO))};
+    }
+
+    /* Query row `row` (token t, head h: t * Hq + h) of sequence `seq`. */
+    AICORE inline void One(const Seq &seq, uint32_t row)
     {
         const uint32_t head = row % t.numHeads;
         const uint32_t d = t.headDim;
         const uint64_t kvcn = t.kvCoreNum;
-        const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
-        const uint32_t m = SplitsOf(t, kvLen);
-        const uint64_t addrL = HiLo(t.SlotWord(slot, PA_BF_ADDR_L_HI), t.SlotWord(slot, PA_BF_ADDR_L_LO));
-        const uint64_t addrOfd = HiLo(t.SlotWord(slot, PA_BF_ADDR_OFD_HI), t.SlotWord(slot, PA_BF_ADDR_OFD_LO));
-        const uint64_t addrO = HiLo(t.SlotWord(slot, PA_BF_ADDR_O_HI), t.SlotWord(slot, PA_BF_ADDR_O_LO));
+        const uint32_t slot = seq.slot, m = seq.splits;
+        const uint64_t addrL = seq.addrL, addrOfd = seq.addrOfd, addrO = seq.addrO;
         LseRow lse(m), tmp(m);
         Scalar mx, sm;
         Assign(lse, kUbLse);
@@ -150,15 +190,23 @@ struct CombineCore {
         SetFlag(kChunkUbFree);
         SetFlag(kCombOutFree);
         const uint32_t rowsPerSlot = t.qLen * t.numHeads;
-        const uint32_t items = t.batch * rowsPerSlot;
         const uint32_t workers = blockNum * kVecSubCores;
+        const uint32_t runs = CombineRunsPerSlot(t.batch, rowsPerSlot, workers);
+        const uint32_t runRows = CeilDiv(rowsPerSlot, runs);
+        const uint32_t items = t.batch * runs;
         for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
-            const uint32_t position = i / rowsPerSlot, row = i % rowsPerSlot;
+            const uint32_t position = i / runs, row0 = i % runs * runRows;
+            if (row0 >= rowsPerSlot) continue; /* ceil(rows / r) x r can pass the rows: an empty last run */
+            const uint32_t rowEnd = row0 + runRows < rowsPerSlot ? row0 + runRows : rowsPerSlot;
             const uint32_t slot = t.SlotWord(position, PA_BF_GATHER);
-            /* an empty sequence's zero row, and a one-split sequence's output row, are already written */
-            if (SplitsOf(t, t.SlotWord(slot, PA_BF_KV_SEQLEN)) < 2) continue;
-            SetWorkItem(int32_t(slot), int32_t(row), -1);
-            One(slot, row);
+            const uint32_t splits = SplitsOf(t, t.SlotWord(slot, PA_BF_KV_SEQLEN));
+            /* an empty sequence's zero rows, and a one-split sequence's output rows, are already written */
+            if (splits < 2) continue;
+            const Seq seq = SeqOf(slot, splits);
+            for (uint32_t row = row0; row < rowEnd; ++row) {
+                SetWorkItem(int32_t(slot), int32_t(row), -1);
+                One(seq, row);
+            }
         }
         DrainFlag(kLseUbFree);
         DrainFlag(kChunkUbFree);

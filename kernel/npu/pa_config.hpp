@@ -91,6 +91,9 @@ constexpr uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a;
 constexpr int kCombineMaxSplits = PA_COMBINE_UB_FLOATS / PA_TILE_ALIGN_TOKENS;
 /* Partial-O rows folded per step: 32 rows x 256 fp32 = 32 KB of UB. */
 constexpr int kCombineChunkRows = 32;
+/* CombineRunsPerSlot: runs a sequence's rows are cut into at most, and the item counts per sub-core it tries. */
+constexpr int kCombineMaxRunsPerSlot = 64;
+constexpr int kCombineRoundsTried = 16;
 
 /* Traffic class of a GM access, for the simulation figures. */
 enum Traffic : int { kTrafficOther = 0, kTrafficKv = 1, kTrafficScratch = 2, kTrafficPartial = 3 };
