@@ -78,14 +78,15 @@ DROP_CASES: list[dict[str, Any]] = [
     # MLA (ABI v5): AMLA's rescale over multi-unit tasks with a rising max (the last page's keys scaled up), an empty
     # sequence and an MTP step; the plain rescale through the combine with two row groups per vector sub-core (both
     # on the three-tile path, the next unit's latent prefetched); one core's tasks putting the third tile's first
-    # load and a task's first unit in that tile (its own load, no P load behind it); 72 rows on the two-tile path
+    # load and a task's first unit in that tile (its own load, no P load behind it); 72 rows on the two-tile path,
+    # eleven units on one core, so that each tile's halves are loaded again while P.V reads its other half
     {**BASE, "mla": "pow2", "lens": [450, 0, 60], "q_len": 2, "hq": 16, "bs": 64, "lse": True, "cores": 2,
      "strategy": "bn", "boost_last_page": 3.0},
     {**BASE, "mla": "plain", "lens": [700, 33], "hq": 40, "bs": 64, "lse": True, "cores": 6, "strategy": "split_kv",
      "boost_last_page": 3.0},
     {**BASE, "mla": "plain", "lens": [900, 300], "hq": 16, "bs": 64, "cores": 1, "strategy": "bn"},
     {**BASE, "mla": "plain", "lens": [200, 200, 200], "hq": 16, "bs": 64, "cores": 1, "strategy": "bn"},
-    {**BASE, "mla": "plain", "lens": [400, 33], "hq": 72, "bs": 64, "cores": 2, "strategy": "bn",
+    {**BASE, "mla": "plain", "lens": [1300, 40], "hq": 72, "bs": 64, "cores": 1, "strategy": "bn",
      "boost_last_page": 3.0},
 ]
 
@@ -103,10 +104,10 @@ DEVICE_PATH_REDUNDANT = {
     "kEdgeBarCombSink": "the combine's weight sum is TROWSUM, which ends with pipe_barrier(PIPE_V)",
     "kEdgeBarRise": "MLA: a group's rise is written before the softmax's later barriers, and pto-isa's A2/A3 TROWMAX "
                     "(the fold's first op) ends with pipe_barrier(PIPE_V)",
-    "kEdgeRopeL1Free1": "MLA: a load into rope tile 1 (an odd unit counter c >= 3) also waits for its latent tile's "
-                        "free flag, which MTE1 sets after the P.V of unit c - 3 (c - 2 with two tiles), so after "
-                        "Q.K^T(c - 2), the rope tile's last reader; only rope tile 0 has a load (unit 2's, into the "
-                        "third tile's first use) with no such P.V before it",
+    "kEdgeRopeL1Free1": "MLA, three tiles (the only path with rope flags): a load into rope tile 1 (an odd unit "
+                        "counter c >= 3) also waits for its latent tile's free flag, which MTE1 sets after the P.V of "
+                        "unit c - 3, so after Q.K^T(c - 2), the rope tile's last reader; only rope tile 0 has a load "
+                        "(unit 2's, into the third tile's first use) with no such P.V before it",
     "kEdgePLeftFree": "MLA: each P.V starts with the cross-core wait for the vectors' P, and the emulator's "
                       "wait_flag_dev sends (so completes) what the core's pipes queued before it, the last P.V's "
                       "matmuls included",

@@ -40,6 +40,8 @@ CASES: list[dict[str, Any]] = [
     dict(hq=1, q_len=1, dtype="fp16", bs=32, strategy="split_kv"),
 ]
 LATENT_ROW_BYTES = (abi.MLA_LATENT_DIM + abi.MLA_ROPE_DIM) * 2
+#: the latent (rope aside) of one 128-token unit, fp16/bf16
+UNIT_LATENT_BYTES = 128 * abi.MLA_LATENT_DIM * 2
 
 
 def mla_case(index: int, rescale: str, **extra: Any) -> dict[str, Any]:
@@ -93,7 +95,8 @@ def test_each_latent_byte_is_read_once_per_split() -> None:
 def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(heads: int, ahead: int) -> None:
     """A task of at most kMlaPrefetchRows rows holds three latent tiles, and each unit's Q.K^T first issues the load
     of the task's next unit (kernel/npu/PERFORMANCE.md, change 15): each cube core issues the latent loads of two
-    units before its first matmul (one piece a unit: pages of 128), where a larger task issues one."""
+    units before its first matmul (whole units of 128 tokens), where a larger task issues one (in two halves,
+    change 17)."""
     import numpy as np
 
     from timing import trace as tr
@@ -108,8 +111,8 @@ def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(h
     for core in np.unique(ev["core"][cube]):
         mine = ev["core"] == core
         first_mad = int(np.flatnonzero(mine & cube & np.isin(ev["op"], mads))[0])
-        before = int(np.count_nonzero(latent[:first_mad] & mine[:first_mad]))
-        assert before == ahead, (heads, int(core), before)
+        before = int(ev["bytes"][:first_mad][latent[:first_mad] & mine[:first_mad]].sum())
+        assert before == ahead * UNIT_LATENT_BYTES, (heads, int(core), before / UNIT_LATENT_BYTES)
 
 
 @needs_sim

@@ -31,9 +31,7 @@ struct CubeCore {
         fn(kOAccFree);
         fn(OAccFree(1));
         fn(kPLeftFree);
-        fn(KvL1Free(2));
         for (uint32_t b = 0; b < 2; ++b) {
-            fn(RopeL1Free(b));
             fn(KvL1Free(b));
             fn(L0Free(b));
             fn(SAccFree(b));
@@ -94,16 +92,24 @@ struct CubeCore {
         }
     }
 
+    /* An MLA path's run between its own free flags (the two paths give some event ids different buffers). */
+    template <typename Path>
+    AICORE inline void RunMla(uint32_t blockNum)
+    {
+        Path::ForEachOwnFreeFlag([](auto f) { SetFlag(f); });
+        RunTasks<Path>(blockNum);
+        Path::ForEachOwnFreeFlag([](auto f) { DrainFlag(f); });
+    }
+
     AICORE inline void Run(uint32_t blockNum)
     {
         ForEachFreeFlag([](auto f) { SetFlag(f); });
         if constexpr (DCap == kMlaD) {
             /* the MLA instantiation (pa_kernel.cpp): a task's rows pick the prefetching path when they fit it */
-            const uint32_t heads = st.t.formerHead > st.t.tailHead ? st.t.formerHead : st.t.tailHead;
-            if (heads * st.t.qLen <= uint32_t(kMlaPrefetchRows)) {
-                RunTasks<MlaPrefetchPath<T>>(blockNum);
+            if (MaxTaskRows(st.t) <= uint32_t(kMlaPrefetchRows)) {
+                RunMla<MlaPrefetchPath<T>>(blockNum);
             } else {
-                RunTasks<MlaWidePath<T>>(blockNum);
+                RunMla<MlaWidePath<T>>(blockNum);
             }
         } else if (st.t.group * st.t.qLen <= uint32_t(kSlotRows)) { /* a run's heads x query tokens in one slot */
             RunTasks<ChunkPath<T, DCap>>(blockNum);

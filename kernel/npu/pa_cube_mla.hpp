@@ -12,8 +12,10 @@
  * Two instantiations, picked per launch by a task's rows (CubeCore::Run): up to kMlaPrefetchRows rows, Q and P are
  * small enough for three latent tiles, and a unit's Q.K^T issues the load of the task's next unit into the third
  * (prefetch: the load runs under this unit's Q.K^T and the previous P.V, not after them); above that, two tiles,
- * and each unit loads its own latent when its Q.K^T starts.  Rope tiles alternate by the unit counter in both, each
- * with its own free flag (Q.K^T's last chunk is the rope tile's last reader).
+ * and each unit loads its own latent when its Q.K^T starts, in two halves of 256 columns: the first half as soon as
+ * the P.V two units back moved its first four V slices out, so only the second half waits for that P.V's end.
+ * Rope tiles alternate by the unit counter in both; with three tiles each has its own free flag (Q.K^T's last chunk is
+ * the rope tile's last reader), with two a rope loads with its latent tile's second half, after the same P.V.
  *
  * Q (latent 512 + rope 64 columns, NZ) is loaded once per task and stays in L1; each Q.K^T extracts its 64-column
  * chunks to L0A.  S (rows x unit) accumulates in L0C over the 9 chunks and goes to GM scratch.  P.V writes 8 slices of
@@ -36,12 +38,16 @@ template <typename T, int kRows, int kTiles>
 struct MlaPath {
     static_assert(kTiles == 2 || kTiles == 3, "two latent tiles, or three with the next unit's prefetch");
     static constexpr bool kPrefetch = kTiles == 3;
+    /* Two tiles: each is loaded and freed in halves of kMlaD / 2 latent columns, so that the next unit's first
+     * half loads while this unit's P.V still reads the second half of the tile (V slices in column order). */
+    static constexpr bool kHalves = !kPrefetch;
     /* L1: Q (NZ, all rows x 576), its rope view, the unit's latent K^T (ZN, 512 x unit) and rope K^T (ZN, 64 x
      * unit), their chunks and V slices, P (NZ). */
     using QMat = Tile<TileType::Mat, T, kRows, kMlaK, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using QPart = Tile<TileType::Mat, T, kRows, kMlaD, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using QRope = Tile<TileType::Mat, T, kRows, kMlaRope, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
     using KLat = Tile<TileType::Mat, T, kMlaD, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
+    using KHalf = Tile<TileType::Mat, T, kMlaD / 2, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using KRopeT = Tile<TileType::Mat, T, kMlaRope, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using KChunk = Tile<TileType::Mat, T, kMlaKChunk, kMlaTok, BLayout::RowMajor, DYNAMIC, DYNAMIC, SLayout::ColMajor, kFractalBytes>;
     using VSlice = Tile<TileType::Mat, T, kMlaTok, kMlaVCols, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, kFractalBytes>;
@@ -59,6 +65,10 @@ struct MlaPath {
     /* Bytes of one 16-row block of the ZN K^T tile (a fractal row block: 16 columns of the latent x kMlaTok tokens),
      * which is also one 16-column block of V read NZ. */
     static constexpr uint32_t kKBlockBytes = 16 * kMlaTok * sizeof(T);
+    /* A half tile: the first or last kMlaD / 2 latent columns (16-column blocks are contiguous in ZN). */
+    static constexpr uint32_t kHalfBytes = (kMlaD / 2 / 16) * kKBlockBytes;
+    static constexpr uint32_t kHalfChunks = kMlaD / 2 / kMlaKChunk; /* Q.K^T chunks in the first half */
+    static constexpr uint32_t kHalfSlices = kMlaD / 2 / kMlaVCols;  /* P.V slices in the first half   */
     /* One 16-column block of Q in L1 (NZ): kRows rows x 16. */
     static constexpr uint32_t kQBlockBytes = kRows * 16 * sizeof(T);
 
@@ -122,11 +132,31 @@ struct MlaPath {
         Handoff(kQLoaded);
     }
 
+    /* The free flags only this path arms: the third tile's and the rope tiles' (three tiles), or the first halves'
+     * (two tiles, the same event ids). */
+    template <typename Fn>
+    static AICORE inline void ForEachOwnFreeFlag(Fn &&fn)
+    {
+        if constexpr (kPrefetch) {
+            fn(KvL1Free(2));
+            fn(RopeL1Free(0));
+            fn(RopeL1Free(1));
+        } else {
+            fn(KvL1FreeLo(0));
+            fn(KvL1FreeLo(1));
+        }
+    }
+
     /* Unit u (global counter c): its latent and rope, page piece by page piece, into latent tile TileOf(c) and
-     * rope tile RopeOf(c): column j of both is token j.  MTE1 waits for KvLoaded(TileOf(c)) before its Q.K^T. */
+     * rope tile RopeOf(c): column j of both is token j.  MTE1 waits for KvLoaded(TileOf(c)) before its Q.K^T
+     * (and, two tiles, for KvLoadedLo before the first half's chunks). */
     static AICORE inline void LoadLatent(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t c)
     {
         const uint32_t b = TileOf(c), r = RopeOf(c), len = UnitTokens(st.t, tk, u);
+        if constexpr (kHalves) {
+            LoadLatentInHalves(st, tk, u, b, len);
+            return;
+        }
         WaitFlag(KvL1Free(b));   /* the P.V of unit c - kTiles moved its last slice out */
         WaitFlag(RopeL1Free(r)); /* the Q.K^T of unit c - 2 moved its rope chunk out */
         /* the tokens past a ragged unit are multiplied by Q.K^T and, as V's rows, by P.V: zero unless they are */
@@ -144,6 +174,40 @@ struct MlaPath {
         SetFlag(KvLoaded(b));
     }
 
+    /* Two tiles: the first half of the latent columns as soon as the P.V of unit c - 2 moved its first half's V
+     * slices out (KvL1FreeLo), then the second half and the rope once it moved the rest (KvL1Free, set after the
+     * Q.K^T of unit c - 2 moved its rope chunk: the rope tile is the latent tile's, RopeOf(c) = TileOf(c)).  The
+     * unit's pages are read once for both halves. */
+    static AICORE inline void LoadLatentInHalves(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t b,
+                                                 uint32_t len)
+    {
+        Piece pieces[kMlaTok / PA_MIN_BLOCK_SIZE];
+        uint32_t n = 0;
+        st.ForEachPiece(tk, u, 0, len, kMlaTok, [&](const Piece &pc) { pieces[n++] = pc; });
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t base = KvTile(b) + h * kHalfBytes;
+            L1Box &box = h == 0 ? st.kvBox[b] : st.kvHiBox[b];
+            WaitFlag(h == 0 ? KvL1FreeLo(b) : KvL1Free(b));
+            st.template ZeroBuffer<KHalf>(base, box.BeforeLoad(kMlaD / 32, len, kMlaD / 32, kMlaTok, false));
+            if (h == 1) {
+                st.template ZeroBuffer<KRopeT>(
+                    RopeTile(b), st.ropeBox[b].BeforeLoad(kMlaRope / 16, len, kMlaRope / 16, kMlaTok, false));
+            }
+            for (uint32_t i = 0; i < n; ++i) {
+                KHalf half(kMlaD / 2, pieces[i].len);
+                Assign(half, base + pieces[i].col * kNzRowBytes);
+                LoadDn(half, st.k, pieces[i].kvOff + h * (kMlaD / 2), kMlaD / 2, pieces[i].len, kMlaD, kTrafficKv);
+                if (h == 1) {
+                    KRopeT rope(kMlaRope, pieces[i].len);
+                    Assign(rope, RopeTile(b) + pieces[i].col * kNzRowBytes);
+                    LoadDn(rope, st.kRope, pieces[i].kvOff / kMlaD * kMlaRope, kMlaRope, pieces[i].len, kMlaRope,
+                           kTrafficKv);
+                }
+            }
+            SetFlag(h == 0 ? KvLoadedLo(b) : KvLoaded(b));
+        }
+    }
+
     /* Unit u (the core's unit st.unitCounter): S = Q.K^T over the 576 columns, into GM scratch stage `stage`; the
      * latent stays in its tile until the unit's P.V. */
     static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
@@ -153,25 +217,27 @@ struct MlaPath {
         if (u == 0) LoadQ(st, tk, run);
         if (!kPrefetch || u == 0) LoadLatent(st, tk, u, ctr); /* else the previous unit's Q.K^T loaded it */
         if (kPrefetch && u + 1 < UnitsOf(st.t, tk)) LoadLatent(st, tk, u + 1, ctr + 1);
-        WaitFlag(KvLoaded(tile));
+        WaitFlag(kHalves ? KvLoadedLo(tile) : KvLoaded(tile));
         QMat qMat(m, kMlaK);
         SAcc acc(m, kMlaTok);
         Assign(qMat, kL1Q);
         Assign(acc, kL0cS);
-        for (uint32_t k = 0; k < uint32_t(kMlaK / kMlaKChunk); ++k) {
+        constexpr uint32_t kChunks = kMlaK / kMlaKChunk, kRopeChunk = kMlaD / kMlaKChunk;
+        for (uint32_t k = 0; k < kChunks; ++k) {
             const uint32_t b = st.l0Toggle++ & 1u;
             QLeft qLeft(m, kMlaKChunk);
             KChunk kChunk(kMlaKChunk, kMlaTok);
             KRight kRight(kMlaKChunk, kMlaTok);
             Assign(qLeft, b * kL0aQBytes);
-            Assign(kChunk, k < uint32_t(kMlaD / kMlaKChunk) ? KvTile(tile) + k * (kMlaKChunk / 16) * kKBlockBytes
-                                                              : RopeTile(RopeOf(ctr)));
+            Assign(kChunk,
+                   k < kRopeChunk ? KvTile(tile) + k * (kMlaKChunk / 16) * kKBlockBytes : RopeTile(RopeOf(ctr)));
             Assign(kRight, b * kL0bBytes);
+            if (kHalves && k == kHalfChunks) WaitFlag(KvLoaded(tile)); /* the second half and the rope */
             WaitFlag(L0Free(b));
             Extract(qLeft, qMat, 0, k * kMlaKChunk);
             Mov(kRight, kChunk);
-            if (k + 1 == uint32_t(kMlaK / kMlaKChunk)) SetFlag(RopeL1Free(RopeOf(ctr)));
-            if (k + 1 == uint32_t(kMlaK / kMlaKChunk) && u + 1 == UnitsOf(st.t, tk)) SetFlag(kQL1Free);
+            if (kPrefetch && k == kRopeChunk) SetFlag(RopeL1Free(RopeOf(ctr)));
+            if (k + 1 == kChunks && u + 1 == UnitsOf(st.t, tk)) SetFlag(kQL1Free);
             Handoff(L0Ready(b));
             if (k == 0) WaitFlag(SAccFree(0));
             if (k == 0) {
@@ -221,6 +287,7 @@ struct MlaPath {
             Assign(acc, kL0cO + ob * kL0cOBytes);
             WaitFlag(L0Free(b));
             Mov(vRight, vSlice);
+            if (kHalves && sl + 1 == kHalfSlices) SetFlag(KvL1FreeLo(tile)); /* the first half is done with */
             if (sl + 1 == slices) SetFlag(KvL1Free(tile)); /* the unit's latent is no longer needed */
             Handoff(L0Ready(b));
             WaitFlag(OAccFree(ob));

@@ -116,7 +116,8 @@ struct CubeState {
      * one 32-byte line of its fractal in both layouts, so a K load and a V load of g groups and len tokens
      * write exactly the same bytes (tokens [0, len) of groups [0, g)).  Q and the P slots in row x column
      * terms.  Each starts as everything (power-on data or another kernel's; hostile in the emulator). */
-    L1Box kvBox[3]; /* two on the GQA paths, up to three latent tiles on MLA's */
+    L1Box kvBox[3]; /* two on the GQA paths, up to three latent tiles on MLA's (the first halves on its two-tile path) */
+    L1Box kvHiBox[2]; /* MLA's two-tile path: the second halves of its latent tiles */
     L1Box ropeBox[2];
     L1Box qBox;
     L1Box pBox[kMaxPSlots];

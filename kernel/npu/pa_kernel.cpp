@@ -85,8 +85,8 @@ AICORE inline bool KeyKnown(uint32_t key)
 AICORE inline bool FeaturesKnown(const Tiling &t)
 {
     const bool mla = t.ropeDim == uint32_t(kMlaRope) && t.headDim == uint32_t(kMlaD) && t.kvHeads == 1 &&
-                     t.handoff == uint32_t(kMlaTok) && t.formerHead * t.qLen <= uint32_t(kMlaRows) &&
-                     t.tailHead * t.qLen <= uint32_t(kMlaRows) && t.mlaRescale <= PA_MLA_RESCALE_PLAIN;
+                     t.handoff == uint32_t(kMlaTok) && MaxTaskRows(t) <= uint32_t(kMlaRows) &&
+                     t.mlaRescale <= PA_MLA_RESCALE_PLAIN;
     return t.qLen >= 1 && t.qLen <= PA_MAX_Q_LEN && (t.ropeDim == 0 || mla);
 }
 

@@ -52,6 +52,11 @@ enum Edge : int {
     kEdgeKvL1Free2,     /* MTE1 -> MTE2  ev 4: MLA: the third latent tile's P.V moved its last slice out       */
     kEdgeRopeL1Free0,   /* MTE1 -> MTE2  ev 5 + r: MLA: Q.K^T moved rope tile r to L0B, the next rope may load  */
     kEdgeRopeL1Free1,
+    kEdgeKvLoadedLo0,   /* MTE2 -> MTE1  ev 5 + b: MLA, two tiles: the first half of latent tile b is in L1       */
+    kEdgeKvLoadedLo1,
+    kEdgeKvL1FreeLo0,   /* MTE1 -> MTE2  ev 5 + b: MLA, two tiles: P.V moved latent tile b's first half out (the
+                                              three-tile path's rope flags take these events; a launch runs one path) */
+    kEdgeKvL1FreeLo1,
     /* ---- cross-core (FFTS) ---- */
     kEdgeQkReady0,      /* cube FIX -> vectors: S of a stage-0 unit is in GM                                */
     kEdgeQkReady1,
@@ -143,6 +148,10 @@ constexpr Flag<kPipeM, kPipeFix> SAccReady(uint32_t b) { return {int(b), kEdgeSA
 constexpr Flag<kPipeFix, kPipeM> SAccFree(uint32_t b) { return {int(b), kEdgeSAccFree0 + int(b)}; }
 
 constexpr Flag<kPipeMte1, kPipeMte2> RopeL1Free(uint32_t r) { return {5 + int(r), kEdgeRopeL1Free0 + int(r)}; }
+/* MLA's two-tile path loads and frees each latent tile in halves (the first 256 latent columns, then the rest and the
+ * rope); the whole-tile flags (KvLoaded, KvL1Free) stand for the second half. */
+constexpr Flag<kPipeMte2, kPipeMte1> KvLoadedLo(uint32_t b) { return {5 + int(b), kEdgeKvLoadedLo0 + int(b)}; }
+constexpr Flag<kPipeMte1, kPipeMte2> KvL1FreeLo(uint32_t b) { return {5 + int(b), kEdgeKvL1FreeLo0 + int(b)}; }
 
 constexpr Flag<kPipeMte2, kPipeMte1> kQLoaded{2, kEdgeQLoaded};
 constexpr Flag<kPipeMte1, kPipeMte2> kQL1Free{2, kEdgeQL1Free};

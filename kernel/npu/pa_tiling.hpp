@@ -73,6 +73,13 @@ AICORE inline Tiling ReadTiling(__gm__ uint8_t *raw)
     return t;
 }
 
+/* The most rows (heads x query tokens) a task of the launch holds, over both passes: what an MLA task's matmul M
+ * must fit (the supported-launch check) and what picks its cube path (CubeCore::Run). */
+AICORE inline uint32_t MaxTaskRows(const Tiling &t)
+{
+    return (t.formerHead > t.tailHead ? t.formerHead : t.tailHead) * t.qLen;
+}
+
 /* The first token a sequence's tiles cover: the start of the page holding its window's first key, or 0
  * (the ABI's pa_kv_first_token, restated as device code for the reason SplitsOf gives).  Pages before it
  * are never read. */
@@ -99,11 +106,13 @@ AICORE inline uint32_t SplitsOf(const Tiling &t, uint32_t kvLen)
     return CeilDiv(CeilDiv(kvLen - FirstToken(t, kvLen), t.blockSize) * t.blockSize, t.kvSplit);
 }
 
-AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t headStart, uint32_t headSplit, uint32_t split)
+/* kvLen: the slot's PA_BF_KV_SEQLEN, which the task walk has read already (each read is a scalar GM load). */
+AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t kvLen, uint32_t headStart, uint32_t headSplit,
+                            uint32_t split)
 {
     Task k;
     k.slot = slot;
-    k.kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
+    k.kvLen = kvLen;
     k.batchIdx = t.SlotWord(slot, PA_BF_BATCH_IDX);
     k.headStart = headStart;
     k.headCount = t.numHeads - headStart < headSplit ? t.numHeads - headStart : headSplit;
@@ -143,7 +152,7 @@ AICORE inline void ForEachTask(const Tiling &t, uint32_t core, uint32_t blockNum
             const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
             if (kvLen == 0 ? split != 0 : split >= SplitsOf(t, kvLen)) continue;
             SetWorkItem(int32_t(slot), int32_t(chunk * headSplit), int32_t(split));
-            fn(MakeTask(t, slot, chunk * headSplit, headSplit, split));
+            fn(MakeTask(t, slot, kvLen, chunk * headSplit, headSplit, split));
         }
     }
 }
