@@ -116,6 +116,29 @@ def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(h
 
 
 @needs_sim
+def test_tasks_of_more_than_64_rows_put_the_next_q_k_between_a_p_v_s_slices() -> None:
+    """On the two-tile path each P.V is fused with the Q.K^T two units later (kernel/npu/PERFORMANCE.md, change 18):
+    in the cube's program order a Q.K^T matmul (k = 64 latent columns) sits between two P.V matmuls (k = a unit's
+    128 tokens) of the same P.V, on every core with three units or more; a task of at most 64 rows keeps its
+    matmuls in blocks."""
+    import numpy as np
+
+    from timing import trace as tr
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    for heads, fused in ((128, True), (64, False)):
+        trace = trace_of(mla_shape(2, 512, num_heads=heads), 2)
+        mad = trace.op_names.index("mad")
+        for (_, role), stream in trace.streams().items():
+            if role != 0:
+                continue
+            ks = stream["k"][(stream["kind"] == tr.EV_INSTR) & (stream["op"] == mad)]
+            order = "".join("Q" if k == 64 else "P" for k in ks)
+            assert ("PQP" in order) == fused, (heads, order)
+
+
+@needs_sim
 def test_the_two_rescales_agree_within_tolerance_and_differ_where_amla_is_not_exact() -> None:
     """Both rescales pass the golden and give different bits (AMLA's max sits up to ln 2 above the exact one, so
     P = exp(S - m) rounds differently).  They part where AMLA's integer add is not a multiply: a latent column that

@@ -92,12 +92,94 @@ struct CubeCore {
         }
     }
 
+    /* A unit whose Q.K^T is issued and whose P.V is not: its task, index in the task and the core's counter. */
+    struct InFlight {
+        Task tk;
+        uint32_t u, ctr;
+    };
+
+    /* P.V of unit pv fused with Q.K^T of unit qk (two units later, in the tile pv frees in halves): the P.V's slices
+     * up to the first one past the first half, then the Q.K^T's chunks, each before one of the remaining slices, then
+     * the load of the second half (its wait follows the last slice's free in program order) and the rest of the
+     * chunks.  The same matmuls in the same pipes' orders as P.V then Q.K^T, except that M, which runs
+     * in program order, has Q.K^T's first chunks between the last slices: they no longer wait for the P.V's last
+     * slice, and the S store follows the last atomic add sooner (kernel/npu/PERFORMANCE.md, change 18). */
+    template <typename Path>
+    AICORE inline void FusedStep(const InFlight &pv, const InFlight &qk)
+    {
+        const uint32_t pvStage = pv.ctr % kStages;
+        SetWorkItem(int32_t(pv.tk.slot), int32_t(pv.tk.headStart), int32_t(pv.tk.split));
+        SetUnit(pv.u);
+        WaitFromVectors(SoftmaxReady(pvStage));
+        const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
+        uint32_t sl = 0, k = 0;
+        for (; sl <= Path::kHalfSlices; ++sl) Path::PvSlice(st, p, sl);
+        SetWorkItem(int32_t(qk.tk.slot), int32_t(qk.tk.headStart), int32_t(qk.tk.split));
+        SetUnit(qk.u);
+        const auto q = Path::QkBegin(st, qk.tk, qk.u, qk.ctr);
+        for (; sl < Path::kSlices; ++sl, ++k) {
+            Path::QkChunk(st, q, k);
+            Path::PvSlice(st, p, sl);
+        }
+        Path::QkRest(st, q);
+        SignalVectors(UpdateReady(pvStage));
+        for (; k < Path::kChunks; ++k) Path::QkChunk(st, q, k);
+        Path::QkEnd(st, q);
+        SignalVectors(QkReady(qk.ctr % kStages));
+    }
+
+    /* P.V of a unit in flight, alone (the last two units of the core). */
+    template <typename Path>
+    AICORE inline void PvInFlight(const InFlight &pv)
+    {
+        SetWorkItem(int32_t(pv.tk.slot), int32_t(pv.tk.headStart), int32_t(pv.tk.split));
+        SetUnit(pv.u);
+        WaitFromVectors(SoftmaxReady(pv.ctr % kStages));
+        const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
+        for (uint32_t sl = 0; sl < Path::kSlices; ++sl) Path::PvSlice(st, p, sl);
+        SignalVectors(UpdateReady(pv.ctr % kStages));
+    }
+
+    /* RunTasks' pipeline with each P.V fused with the Q.K^T after it (FusedStep): QK(0), QK(1), [PV(0) + QK(2)],
+     * [PV(1) + QK(3)], ..., PV(n - 2), PV(n - 1), across task boundaries as in RunTasks. */
+    template <typename Path>
+    AICORE inline void RunFusedTasks(uint32_t blockNum)
+    {
+        InFlight ring[2];
+        uint32_t n = 0;
+        ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
+            if (tk.empty) return;
+            Count(kCountTask);
+            const uint32_t units = UnitsOf(st.t, tk);
+            for (uint32_t u = 0; u < units; ++u) {
+                const InFlight next{tk, u, st.unitCounter};
+                if (n == 2) {
+                    FusedStep<Path>(ring[0], next);
+                    ring[0] = ring[1];
+                    ring[1] = next;
+                } else {
+                    SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+                    SetUnit(u);
+                    QkUnit<Path>(tk, u, st.unitCounter % kStages);
+                    ring[n++] = next;
+                }
+                Count(kCountUnit);
+                ++st.unitCounter;
+            }
+        });
+        for (uint32_t i = 0; i < n; ++i) PvInFlight<Path>(ring[i]);
+    }
+
     /* An MLA path's run between its own free flags (the two paths give some event ids different buffers). */
     template <typename Path>
     AICORE inline void RunMla(uint32_t blockNum)
     {
         Path::ForEachOwnFreeFlag([](auto f) { SetFlag(f); });
-        RunTasks<Path>(blockNum);
+        if constexpr (Path::kFusedStep) {
+            RunFusedTasks<Path>(blockNum);
+        } else {
+            RunTasks<Path>(blockNum);
+        }
         Path::ForEachOwnFreeFlag([](auto f) { DrainFlag(f); });
     }
 

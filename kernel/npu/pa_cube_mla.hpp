@@ -147,120 +147,165 @@ struct MlaPath {
         }
     }
 
+    /* Rope tile r zeroed past a ragged unit's len tokens, then one page piece's rope columns loaded into it. */
+    static AICORE inline void ZeroRope(CubeState<T> &st, uint32_t r, uint32_t len)
+    {
+        st.template ZeroBuffer<KRopeT>(RopeTile(r),
+                                       st.ropeBox[r].BeforeLoad(kMlaRope / 16, len, kMlaRope / 16, kMlaTok, false));
+    }
+    static AICORE inline void LoadRope(CubeState<T> &st, uint32_t r, const Piece &pc)
+    {
+        KRopeT rope(kMlaRope, pc.len);
+        Assign(rope, RopeTile(r) + pc.col * kNzRowBytes);
+        LoadDn(rope, st.kRope, pc.kvOff / kMlaD * kMlaRope, kMlaRope, pc.len, kMlaRope, kTrafficKv);
+    }
+
+    /* A unit's page pieces, read once for both halves of its latent (two tiles): a unit starts on a page boundary
+     * (the planner's MLA units are whole pages from a split's start), so it spans at most kMlaTok /
+     * PA_MIN_BLOCK_SIZE pieces. */
+    struct UnitPieces {
+        static_assert(kMlaTok % PA_MIN_BLOCK_SIZE == 0, "a page-aligned unit spans whole pages of the smallest size");
+        Piece piece[kMlaTok / PA_MIN_BLOCK_SIZE];
+        uint32_t count;
+    };
+
     /* Unit u (global counter c): its latent and rope, page piece by page piece, into latent tile TileOf(c) and
-     * rope tile RopeOf(c): column j of both is token j.  MTE1 waits for KvLoaded(TileOf(c)) before its Q.K^T
-     * (and, two tiles, for KvLoadedLo before the first half's chunks). */
+     * rope tile RopeOf(c): column j of both is token j.  MTE1 waits for KvLoaded(TileOf(c)) before its Q.K^T.
+     * Two tiles load in halves instead (LoadHalf). */
     static AICORE inline void LoadLatent(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t c)
     {
         const uint32_t b = TileOf(c), r = RopeOf(c), len = UnitTokens(st.t, tk, u);
-        if constexpr (kHalves) {
-            LoadLatentInHalves(st, tk, u, b, len);
-            return;
-        }
         WaitFlag(KvL1Free(b));   /* the P.V of unit c - kTiles moved its last slice out */
         WaitFlag(RopeL1Free(r)); /* the Q.K^T of unit c - 2 moved its rope chunk out */
         /* the tokens past a ragged unit are multiplied by Q.K^T and, as V's rows, by P.V: zero unless they are */
         st.template ZeroBuffer<KLat>(KvTile(b), st.kvBox[b].BeforeLoad(kMlaD / 16, len, kMlaD / 16, kMlaTok, false));
-        st.template ZeroBuffer<KRopeT>(RopeTile(r),
-                                       st.ropeBox[r].BeforeLoad(kMlaRope / 16, len, kMlaRope / 16, kMlaTok, false));
+        ZeroRope(st, r, len);
         st.ForEachPiece(tk, u, 0, len, kMlaTok, [&](const Piece &pc) {
             KLat lat(kMlaD, pc.len);
-            KRopeT rope(kMlaRope, pc.len);
             Assign(lat, KvTile(b) + pc.col * kNzRowBytes);
-            Assign(rope, RopeTile(r) + pc.col * kNzRowBytes);
             LoadDn(lat, st.k, pc.kvOff, kMlaD, pc.len, kMlaD, kTrafficKv);
-            LoadDn(rope, st.kRope, pc.kvOff / kMlaD * kMlaRope, kMlaRope, pc.len, kMlaRope, kTrafficKv);
+            LoadRope(st, r, pc);
         });
         SetFlag(KvLoaded(b));
     }
 
-    /* Two tiles: the first half of the latent columns as soon as the P.V of unit c - 2 moved its first half's V
-     * slices out (KvL1FreeLo), then the second half and the rope once it moved the rest (KvL1Free, set after the
-     * Q.K^T of unit c - 2 moved its rope chunk: the rope tile is the latent tile's, RopeOf(c) = TileOf(c)).  The
-     * unit's pages are read once for both halves. */
-    static AICORE inline void LoadLatentInHalves(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t b,
-                                                 uint32_t len)
+    /* Two tiles: half h of unit c's latent columns into tile b = TileOf(c).  The first half as soon as the P.V of
+     * unit c - 2 moved its first half's V slices out (KvL1FreeLo, MTE1 then waits for KvLoadedLo), the second half
+     * and the rope once it moved the rest (KvL1Free, set after the Q.K^T of unit c - 2 moved its rope chunk: the rope
+     * tile is the latent tile's, RopeOf(c) = TileOf(c); MTE1 then waits for KvLoaded).  Each wait follows its set in
+     * program order, so a fused step issues the second half after the P.V's last slice. */
+    static AICORE inline void LoadHalf(CubeState<T> &st, const UnitPieces &pcs, uint32_t b, uint32_t len, uint32_t h)
     {
-        Piece pieces[kMlaTok / PA_MIN_BLOCK_SIZE];
-        uint32_t n = 0;
-        st.ForEachPiece(tk, u, 0, len, kMlaTok, [&](const Piece &pc) { pieces[n++] = pc; });
-        for (uint32_t h = 0; h < 2; ++h) {
-            const uint32_t base = KvTile(b) + h * kHalfBytes;
-            L1Box &box = h == 0 ? st.kvBox[b] : st.kvHiBox[b];
-            WaitFlag(h == 0 ? KvL1FreeLo(b) : KvL1Free(b));
-            st.template ZeroBuffer<KHalf>(base, box.BeforeLoad(kMlaD / 32, len, kMlaD / 32, kMlaTok, false));
-            if (h == 1) {
-                st.template ZeroBuffer<KRopeT>(
-                    RopeTile(b), st.ropeBox[b].BeforeLoad(kMlaRope / 16, len, kMlaRope / 16, kMlaTok, false));
-            }
-            for (uint32_t i = 0; i < n; ++i) {
-                KHalf half(kMlaD / 2, pieces[i].len);
-                Assign(half, base + pieces[i].col * kNzRowBytes);
-                LoadDn(half, st.k, pieces[i].kvOff + h * (kMlaD / 2), kMlaD / 2, pieces[i].len, kMlaD, kTrafficKv);
-                if (h == 1) {
-                    KRopeT rope(kMlaRope, pieces[i].len);
-                    Assign(rope, RopeTile(b) + pieces[i].col * kNzRowBytes);
-                    LoadDn(rope, st.kRope, pieces[i].kvOff / kMlaD * kMlaRope, kMlaRope, pieces[i].len, kMlaRope,
-                           kTrafficKv);
-                }
-            }
-            SetFlag(h == 0 ? KvLoadedLo(b) : KvLoaded(b));
+        const uint32_t base = KvTile(b) + h * kHalfBytes;
+        L1Box &box = h == 0 ? st.kvBox[b] : st.kvHiBox[b];
+        WaitFlag(h == 0 ? KvL1FreeLo(b) : KvL1Free(b));
+        st.template ZeroBuffer<KHalf>(base, box.BeforeLoad(kMlaD / 32, len, kMlaD / 32, kMlaTok, false));
+        if (h == 1) ZeroRope(st, b, len);
+        for (uint32_t i = 0; i < pcs.count; ++i) {
+            const Piece &pc = pcs.piece[i];
+            KHalf half(kMlaD / 2, pc.len);
+            Assign(half, base + pc.col * kNzRowBytes);
+            LoadDn(half, st.k, pc.kvOff + h * (kMlaD / 2), kMlaD / 2, pc.len, kMlaD, kTrafficKv);
+            if (h == 1) LoadRope(st, b, pc);
         }
+        SetFlag(h == 0 ? KvLoadedLo(b) : KvLoaded(b));
     }
 
-    /* Unit u (the core's unit st.unitCounter): S = Q.K^T over the 576 columns, into GM scratch stage `stage`; the
-     * latent stays in its tile until the unit's P.V. */
-    static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
+    static constexpr uint32_t kChunks = kMlaK / kMlaKChunk;  /* Q.K^T's matmuls: latent chunks, then the rope */
+    static constexpr uint32_t kSlices = kMlaD / kMlaVCols;   /* P.V's matmuls, one per output slice          */
+    /* Two tiles fuse a P.V with the Q.K^T two units later (CubeCore::FusedStep): that Q.K^T reads the tile the P.V
+     * frees in halves, so its chunks can go between the P.V's last slices. */
+    static constexpr bool kFusedStep = kHalves;
+
+    /* A unit's Q.K^T in steps (QkBegin, QkRest, QkChunk per chunk, QkEnd), so that a fused step can issue its
+     * chunks between a P.V's slices. */
+    struct QkStep {
+        TaskRun run;
+        uint32_t u, units, len, ctr, stage;
+        UnitPieces pieces; /* two tiles: the unit's pages, for both halves */
+    };
+    /* Unit u (the core's unit ctr): Q at a task's first unit, then the unit's latent (three tiles: the task's next
+     * unit's; this one's came with the previous Q.K^T), or, two tiles, its first half. */
+    static AICORE inline QkStep QkBegin(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t ctr)
     {
-        const TaskRun run = Rows(st, tk);
-        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u), ctr = st.unitCounter, tile = TileOf(ctr);
-        if (u == 0) LoadQ(st, tk, run);
-        if (!kPrefetch || u == 0) LoadLatent(st, tk, u, ctr); /* else the previous unit's Q.K^T loaded it */
-        if (kPrefetch && u + 1 < UnitsOf(st.t, tk)) LoadLatent(st, tk, u + 1, ctr + 1);
-        WaitFlag(kHalves ? KvLoadedLo(tile) : KvLoaded(tile));
+        QkStep q{Rows(st, tk), u, UnitsOf(st.t, tk), UnitTokens(st.t, tk, u), ctr, ctr % kStages, {}};
+        if (u == 0) LoadQ(st, tk, q.run);
+        if constexpr (kHalves) {
+            q.pieces.count = 0;
+            st.ForEachPiece(tk, u, 0, q.len, kMlaTok, [&](const Piece &pc) { q.pieces.piece[q.pieces.count++] = pc; });
+            LoadHalf(st, q.pieces, TileOf(ctr), q.len, 0);
+        } else {
+            if (u == 0) LoadLatent(st, tk, u, ctr);
+            if (u + 1 < q.units) LoadLatent(st, tk, u + 1, ctr + 1);
+        }
+        return q;
+    }
+    /* Two tiles: the second half of the latent and the rope (after the P.V two units back issued its last slice). */
+    static AICORE inline void QkRest(CubeState<T> &st, const QkStep &q)
+    {
+        if constexpr (kHalves) LoadHalf(st, q.pieces, TileOf(q.ctr), q.len, 1);
+    }
+    /* Chunk k of S = Q.K^T over the 576 columns: a latent chunk (k < kMlaD / kMlaKChunk) or the rope, accumulated
+     * in L0C; the latent stays in its tile until the unit's P.V. */
+    static AICORE inline void QkChunk(CubeState<T> &st, const QkStep &q, uint32_t k)
+    {
+        constexpr uint32_t kRopeChunk = kMlaD / kMlaKChunk;
+        const uint32_t m = q.run.rows, tile = TileOf(q.ctr), b = st.l0Toggle++ & 1u;
+        if (k == 0) WaitFlag(kHalves ? KvLoadedLo(tile) : KvLoaded(tile));
+        if (kHalves && k == kHalfChunks) WaitFlag(KvLoaded(tile)); /* the second half and the rope */
         QMat qMat(m, kMlaK);
         SAcc acc(m, kMlaTok);
+        QLeft qLeft(m, kMlaKChunk);
+        KChunk kChunk(kMlaKChunk, kMlaTok);
+        KRight kRight(kMlaKChunk, kMlaTok);
         Assign(qMat, kL1Q);
         Assign(acc, kL0cS);
-        constexpr uint32_t kChunks = kMlaK / kMlaKChunk, kRopeChunk = kMlaD / kMlaKChunk;
-        for (uint32_t k = 0; k < kChunks; ++k) {
-            const uint32_t b = st.l0Toggle++ & 1u;
-            QLeft qLeft(m, kMlaKChunk);
-            KChunk kChunk(kMlaKChunk, kMlaTok);
-            KRight kRight(kMlaKChunk, kMlaTok);
-            Assign(qLeft, b * kL0aQBytes);
-            Assign(kChunk,
-                   k < kRopeChunk ? KvTile(tile) + k * (kMlaKChunk / 16) * kKBlockBytes : RopeTile(RopeOf(ctr)));
-            Assign(kRight, b * kL0bBytes);
-            if (kHalves && k == kHalfChunks) WaitFlag(KvLoaded(tile)); /* the second half and the rope */
-            WaitFlag(L0Free(b));
-            Extract(qLeft, qMat, 0, k * kMlaKChunk);
-            Mov(kRight, kChunk);
-            if (kPrefetch && k == kRopeChunk) SetFlag(RopeL1Free(RopeOf(ctr)));
-            if (k + 1 == kChunks && u + 1 == UnitsOf(st.t, tk)) SetFlag(kQL1Free);
-            Handoff(L0Ready(b));
-            if (k == 0) WaitFlag(SAccFree(0));
-            if (k == 0) {
-                Matmul(acc, qLeft, kRight);
-            } else {
-                MatmulAcc(acc, qLeft, kRight);
-            }
-            Count(kCountMatmul);
-            SetFlag(L0Free(b));
+        Assign(qLeft, b * kL0aQBytes);
+        Assign(kChunk, k < kRopeChunk ? KvTile(tile) + k * (kMlaKChunk / 16) * kKBlockBytes : RopeTile(RopeOf(q.ctr)));
+        Assign(kRight, b * kL0bBytes);
+        WaitFlag(L0Free(b));
+        Extract(qLeft, qMat, 0, k * kMlaKChunk);
+        Mov(kRight, kChunk);
+        if (kPrefetch && k == kRopeChunk) SetFlag(RopeL1Free(RopeOf(q.ctr)));
+        if (k + 1 == kChunks && q.u + 1 == q.units) SetFlag(kQL1Free);
+        Handoff(L0Ready(b));
+        if (k == 0) WaitFlag(SAccFree(0));
+        if (k == 0) {
+            Matmul(acc, qLeft, kRight);
+        } else {
+            MatmulAcc(acc, qLeft, kRight);
         }
+        Count(kCountMatmul);
+        SetFlag(L0Free(b));
+    }
+    /* S (rows x unit) into GM scratch stage q.stage. */
+    static AICORE inline void QkEnd(CubeState<T> &st, const QkStep &q)
+    {
         Handoff(SAccReady(0));
-        StoreAcc(st.s, ScratchS(st.t, st.core, stage) + uint64_t(run.row0) * st.t.handoff, m, len, st.t.handoff, kL0cS,
-                 false);
+        StoreAcc(st.s, ScratchS(st.t, st.core, q.stage) + uint64_t(q.run.row0) * st.t.handoff, q.run.rows, q.len,
+                 st.t.handoff, kL0cS, false);
         SetFlag(SAccFree(0));
     }
+    /* Unit u (the core's unit st.unitCounter, whose scratch stage is `stage`): S = Q.K^T, all of it. */
+    static AICORE inline void Qk(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t /* stage */)
+    {
+        const QkStep q = QkBegin(st, tk, u, st.unitCounter);
+        QkRest(st, q);
+        for (uint32_t k = 0; k < kChunks; ++k) QkChunk(st, q, k);
+        QkEnd(st, q);
+    }
 
-    /* Unit u (the core's unit st.unitCounter - 1: the one before the Q.K^T just issued): the task's output
-     * accumulator (+)= P.V, slice by slice of kMlaVCols columns, V read from the unit's latent tile, the slices' L0C
-     * accumulators alternating so that FIX stores one while M computes the next. */
-    static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t stage)
+    /* A unit's P.V in steps (PvBegin, PvSlice per slice): the task's output accumulator (+)= P.V, slice by slice of
+     * kMlaVCols columns, V read from the unit's latent tile, the slices' L0C accumulators alternating so that FIX
+     * stores one while M computes the next. */
+    struct PvStep {
+        uint32_t m, row0, u, ctr;
+    };
+    /* P of unit u (the core's unit ctr, whose softmax the vectors have handed over) into L1, then L0A. */
+    static AICORE inline PvStep PvBegin(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t ctr)
     {
         const TaskRun run = Rows(st, tk);
-        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u), tile = TileOf(st.unitCounter - 1);
+        const uint32_t m = run.rows, len = UnitTokens(st.t, tk, u);
         PMat pMat(m, len), pWhole(m, kMlaTok);
         PLeft pLeft(m, kMlaTok);
         Assign(pMat, kL1P);
@@ -269,37 +314,46 @@ struct MlaPath {
         WaitFlag(kPL1Free);
         /* P.V multiplies all kMlaTok columns and the rows of a one-row block: zero unless they already are */
         st.template ZeroBuffer<PMat>(kL1P, st.pBox[0].BeforeLoad(m, len, RowsMultiplied(m), kMlaTok, true));
-        LoadNd(pMat, st.p, ScratchP(st.t, st.core, stage) + uint64_t(run.row0) * st.t.handoff, m, len, st.t.handoff,
-               kTrafficScratch);
+        LoadNd(pMat, st.p, ScratchP(st.t, st.core, ctr % kStages) + uint64_t(run.row0) * st.t.handoff, m, len,
+               st.t.handoff, kTrafficScratch);
         Handoff(kPLoaded);
         WaitFlag(kPLeftFree);
         Extract(pLeft, pWhole, 0, 0);
         SetFlag(kPL1Free);
-        const uint32_t slices = kMlaD / kMlaVCols;
-        for (uint32_t sl = 0; sl < slices; ++sl) {
-            const uint32_t b = st.l0Toggle++ & 1u;
-            VSlice vSlice(kMlaTok, kMlaVCols);
-            VRight vRight(kMlaTok, kMlaVCols);
-            OAcc acc(m, kMlaVCols);
-            const uint32_t ob = sl & 1u;
-            Assign(vSlice, KvTile(tile) + sl * (kMlaVCols / 16) * kKBlockBytes);
-            Assign(vRight, b * kL0bBytes);
-            Assign(acc, kL0cO + ob * kL0cOBytes);
-            WaitFlag(L0Free(b));
-            Mov(vRight, vSlice);
-            if (kHalves && sl + 1 == kHalfSlices) SetFlag(KvL1FreeLo(tile)); /* the first half is done with */
-            if (sl + 1 == slices) SetFlag(KvL1Free(tile)); /* the unit's latent is no longer needed */
-            Handoff(L0Ready(b));
-            WaitFlag(OAccFree(ob));
-            Matmul(acc, pLeft, vRight);
-            Count(kCountMatmul);
-            SetFlag(L0Free(b));
-            if (sl + 1 == slices) SetFlag(kPLeftFree);
-            Handoff(OAccReady(ob));
-            StoreAcc(st.otmp, ScratchO(st.core, 0) + uint64_t(run.row0) * kMlaD + sl * kMlaVCols, m, kMlaVCols, kMlaD,
-                     kL0cO + ob * kL0cOBytes, u != 0);
-            SetFlag(OAccFree(ob));
-        }
+        return PvStep{m, run.row0, u, ctr};
+    }
+    /* Slice sl: its V columns to L0B, the matmul, FIX's store (the task's first unit) or atomic add into GM. */
+    static AICORE inline void PvSlice(CubeState<T> &st, const PvStep &p, uint32_t sl)
+    {
+        const uint32_t b = st.l0Toggle++ & 1u, tile = TileOf(p.ctr), ob = sl & 1u;
+        PLeft pLeft(p.m, kMlaTok);
+        VSlice vSlice(kMlaTok, kMlaVCols);
+        VRight vRight(kMlaTok, kMlaVCols);
+        OAcc acc(p.m, kMlaVCols);
+        Assign(pLeft, kL0aP);
+        Assign(vSlice, KvTile(tile) + sl * (kMlaVCols / 16) * kKBlockBytes);
+        Assign(vRight, b * kL0bBytes);
+        Assign(acc, kL0cO + ob * kL0cOBytes);
+        WaitFlag(L0Free(b));
+        Mov(vRight, vSlice);
+        if (kHalves && sl + 1 == kHalfSlices) SetFlag(KvL1FreeLo(tile)); /* the first half is done with */
+        if (sl + 1 == kSlices) SetFlag(KvL1Free(tile)); /* the unit's latent is no longer needed */
+        Handoff(L0Ready(b));
+        WaitFlag(OAccFree(ob));
+        Matmul(acc, pLeft, vRight);
+        Count(kCountMatmul);
+        SetFlag(L0Free(b));
+        if (sl + 1 == kSlices) SetFlag(kPLeftFree);
+        Handoff(OAccReady(ob));
+        StoreAcc(st.otmp, ScratchO(st.core, 0) + uint64_t(p.row0) * kMlaD + sl * kMlaVCols, p.m, kMlaVCols, kMlaD,
+                 kL0cO + ob * kL0cOBytes, p.u != 0);
+        SetFlag(OAccFree(ob));
+    }
+    /* Unit u (the core's unit st.unitCounter - 1: the one before the Q.K^T just issued): P.V, all of it. */
+    static AICORE inline void Pv(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t /* stage */)
+    {
+        const PvStep p = PvBegin(st, tk, u, st.unitCounter - 1);
+        for (uint32_t sl = 0; sl < kSlices; ++sl) PvSlice(st, p, sl);
     }
 };
 
