@@ -119,9 +119,8 @@ def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(h
 def test_tasks_of_more_than_64_rows_put_the_next_q_k_between_a_p_v_s_slices() -> None:
     """On the two-tile path each P.V is fused with the Q.K^T two units later (kernel/npu/PERFORMANCE.md, change 18):
     in the cube's program order a Q.K^T matmul (k = 64 latent columns) sits between two P.V matmuls (k = a unit's
-    128 tokens) of the same P.V, on every core with three units or more; a task of at most 64 rows keeps its
-    matmuls in blocks."""
-    import numpy as np
+    128 tokens) of the same P.V, on every cube core (each runs one sequence of four units); a task of at most 64 rows
+    keeps its matmuls in blocks."""
 
     from timing import trace as tr
     from timing.predictions import trace_of

@@ -101,28 +101,37 @@ struct CubeCore {
     /* P.V of unit pv fused with Q.K^T of unit qk (two units later, in the tile pv frees in halves): the P.V's slices
      * up to the first one past the first half, then the Q.K^T's chunks, each before one of the remaining slices, then
      * the load of the second half (its wait follows the last slice's free in program order) and the rest of the
-     * chunks.  The same matmuls in the same pipes' orders as P.V then Q.K^T, except that M, which runs
-     * in program order, has Q.K^T's first chunks between the last slices: they no longer wait for the P.V's last
-     * slice, and the S store follows the last atomic add sooner (kernel/npu/PERFORMANCE.md, change 18). */
+     * chunks.  The same matmuls, loads and flags as P.V then Q.K^T; M and MTE1, which run in program order, have
+     * Q.K^T's first chunks between the last slices, so those chunks no longer wait for the P.V's last matmul, and the
+     * S store follows the last atomic add sooner (kernel/npu/PERFORMANCE.md, change 18).  The chunks between the
+     * slices read the first half only: each wait follows its set. */
     template <typename Path>
     AICORE inline void FusedStep(const InFlight &pv, const InFlight &qk)
     {
+        static_assert(Path::kSlices - Path::kHalfSlices - 1 <= Path::kHalfChunks,
+                      "the chunks between the slices read the first half of the tile only");
         const uint32_t pvStage = pv.ctr % kStages;
-        SetWorkItem(int32_t(pv.tk.slot), int32_t(pv.tk.headStart), int32_t(pv.tk.split));
-        SetUnit(pv.u);
+        /* the work item and unit a fault or a hazard names: the unit whose instructions are issued next */
+        const auto as = [](const InFlight &f) {
+            SetWorkItem(int32_t(f.tk.slot), int32_t(f.tk.headStart), int32_t(f.tk.split));
+            SetUnit(f.u);
+        };
+        as(pv);
         WaitFromVectors(SoftmaxReady(pvStage));
         const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
         uint32_t sl = 0, k = 0;
         for (; sl <= Path::kHalfSlices; ++sl) Path::PvSlice(st, p, sl);
-        SetWorkItem(int32_t(qk.tk.slot), int32_t(qk.tk.headStart), int32_t(qk.tk.split));
-        SetUnit(qk.u);
+        as(qk);
         const auto q = Path::QkBegin(st, qk.tk, qk.u, qk.ctr);
         for (; sl < Path::kSlices; ++sl, ++k) {
+            as(qk);
             Path::QkChunk(st, q, k);
+            as(pv);
             Path::PvSlice(st, p, sl);
         }
-        Path::QkRest(st, q);
         SignalVectors(UpdateReady(pvStage));
+        as(qk);
+        Path::QkRest(st, q);
         for (; k < Path::kChunks; ++k) Path::QkChunk(st, q, k);
         Path::QkEnd(st, q);
         SignalVectors(QkReady(qk.ctr % kStages));
