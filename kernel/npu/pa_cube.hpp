@@ -38,6 +38,13 @@ struct CubeCore {
         }
     }
 
+    /* The work item and unit a fault or a hazard names: the unit whose instructions are issued next. */
+    static AICORE inline void NameUnit(const Task &tk, uint32_t u)
+    {
+        SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+        SetUnit(u);
+    }
+
     /* A unit's S = Q.K^T, then the vectors are told S is in GM. */
     template <typename Path>
     AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)
@@ -74,10 +81,9 @@ struct CubeCore {
                 QkUnit<Path>(tk, u, stage);
                 Count(kCountUnit);
                 if (havePending) {
-                    SetWorkItem(int32_t(pending.slot), int32_t(pending.headStart), int32_t(pending.split));
-                    SetUnit(pendingUnit);
+                    NameUnit(pending, pendingUnit);
                     PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
-                    SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+                    NameUnit(tk, u);
                 }
                 pending = tk;
                 pendingUnit = u;
@@ -86,8 +92,7 @@ struct CubeCore {
             }
         });
         if (havePending) {
-            SetWorkItem(int32_t(pending.slot), int32_t(pending.headStart), int32_t(pending.split));
-            SetUnit(pendingUnit);
+            NameUnit(pending, pendingUnit);
             PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
         }
     }
@@ -111,26 +116,21 @@ struct CubeCore {
         static_assert(Path::kSlices - Path::kHalfSlices - 1 <= Path::kHalfChunks,
                       "the chunks between the slices read the first half of the tile only");
         const uint32_t pvStage = pv.ctr % kStages;
-        /* the work item and unit a fault or a hazard names: the unit whose instructions are issued next */
-        const auto as = [](const InFlight &f) {
-            SetWorkItem(int32_t(f.tk.slot), int32_t(f.tk.headStart), int32_t(f.tk.split));
-            SetUnit(f.u);
-        };
-        as(pv);
+        NameUnit(pv.tk, pv.u);
         WaitFromVectors(SoftmaxReady(pvStage));
         const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
         uint32_t sl = 0, k = 0;
         for (; sl <= Path::kHalfSlices; ++sl) Path::PvSlice(st, p, sl);
-        as(qk);
+        NameUnit(qk.tk, qk.u);
         const auto q = Path::QkBegin(st, qk.tk, qk.u, qk.ctr);
         for (; sl < Path::kSlices; ++sl, ++k) {
-            as(qk);
+            NameUnit(qk.tk, qk.u);
             Path::QkChunk(st, q, k);
-            as(pv);
+            NameUnit(pv.tk, pv.u);
             Path::PvSlice(st, p, sl);
         }
         SignalVectors(UpdateReady(pvStage));
-        as(qk);
+        NameUnit(qk.tk, qk.u);
         Path::QkRest(st, q);
         for (; k < Path::kChunks; ++k) Path::QkChunk(st, q, k);
         Path::QkEnd(st, q);
@@ -141,12 +141,12 @@ struct CubeCore {
     template <typename Path>
     AICORE inline void PvInFlight(const InFlight &pv)
     {
-        SetWorkItem(int32_t(pv.tk.slot), int32_t(pv.tk.headStart), int32_t(pv.tk.split));
-        SetUnit(pv.u);
-        WaitFromVectors(SoftmaxReady(pv.ctr % kStages));
+        const uint32_t stage = pv.ctr % kStages;
+        NameUnit(pv.tk, pv.u);
+        WaitFromVectors(SoftmaxReady(stage));
         const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
         for (uint32_t sl = 0; sl < Path::kSlices; ++sl) Path::PvSlice(st, p, sl);
-        SignalVectors(UpdateReady(pv.ctr % kStages));
+        SignalVectors(UpdateReady(stage));
     }
 
     /* RunTasks' pipeline with each P.V fused with the Q.K^T after it (FusedStep): QK(0), QK(1), [PV(0) + QK(2)],
@@ -167,8 +167,7 @@ struct CubeCore {
                     ring[0] = ring[1];
                     ring[1] = next;
                 } else {
-                    SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                    SetUnit(u);
+                    NameUnit(tk, u);
                     QkUnit<Path>(tk, u, st.unitCounter % kStages);
                     ring[n++] = next;
                 }
