@@ -98,10 +98,8 @@ DEVICE_PATH_REDUNDANT = {
     "kEdgeBarPieceSum": "pto-isa's A2/A3 TROWSUM ends with pipe_barrier(PIPE_V)",
     "kEdgeBarUpdate": "the last softmax ends with TROWSUM, which ends with pipe_barrier(PIPE_V)",
     "kEdgeBarPieceScaled": "pto-isa's A2/A3 TROWEXPANDSUB broadcasts first and barriers before its vsub",
-    "kEdgeBarCombColSum": "the combine's second chunk needs more than 32 splits: none with 24 resident clusters",
-    "kEdgeBarCombAcc": "with at most 32 splits the last op is TCOLSUM, which ends with pipe_barrier(PIPE_V)",
-    "kEdgeChunkUbFree": "one chunk per head (at most 32 splits), and the next head's V->S waits stall issue",
     "kEdgeBarCombSink": "the combine's weight sum is TROWSUM, which ends with pipe_barrier(PIPE_V)",
+    "kEdgeBarCombMax": "the combine step's row maxima are TROWMAX, which ends with pipe_barrier(PIPE_V)",
     "kEdgeBarRise": "MLA: a group's rise is written before the softmax's later barriers, and pto-isa's A2/A3 TROWMAX "
                     "(the fold's first op) ends with pipe_barrier(PIPE_V)",
     "kEdgeRopeL1Free1": "MLA, three tiles (the only path with rope flags): a load into rope tile 1 (an odd unit "

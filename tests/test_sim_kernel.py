@@ -386,14 +386,15 @@ def test_one_split_sequences_skip_the_combine() -> None:
     assert res["stats"]["partial_bytes"] == 2 * sum(m * row_bytes for m in splits if m >= 2), (res["stats"], splits)
 
 
-def combine_reads_and_rows(shape: Any, cores: int) -> list[tuple[int, int]]:
-    """Per vector sub-core of a split-KV launch: its scalar GM reads after the all-vector barrier (the combine's),
-    and the output rows it stores there."""
+def combine_work(shape: Any, cores: int) -> list[dict[str, int]]:
+    """Per vector sub-core of a split-KV launch, after the all-vector barrier (the combine): its scalar GM reads,
+    its scalar reads of UB, its output stores and the output bytes they write."""
     from timing import trace as tr
     from timing.predictions import trace_of
 
     trace = trace_of(shape, cores)
-    read = trace.op_names.index("scalar GM read")
+    gm_read = trace.op_names.index("scalar GM read")
+    ub_read = trace.op_names.index("GetValue") if "GetValue" in trace.op_names else -1  # named once issued
     found = []
     for (_, role), ev in trace.streams().items():
         barrier = np.flatnonzero(ev["kind"] == tr.EV_ALLVEC)
@@ -402,25 +403,42 @@ def combine_reads_and_rows(shape: Any, cores: int) -> list[tuple[int, int]]:
         after = ev[barrier[0] + 1:]
         instr = after["kind"] == tr.EV_INSTR
         stores = instr & (after["pipe"] == tr.PIPE_MTE3) & (after["slot"] == int(abi.ArgSlot.O))
-        found.append((int(np.sum(instr & (after["op"] == read))), int(np.sum(stores))))
+        found.append({"gm_reads": int(np.sum(instr & (after["op"] == gm_read))),
+                      "ub_reads": int(np.sum(instr & (after["op"] == ub_read))),
+                      "stores": int(np.sum(stores)), "bytes": int(after["bytes"][stores].sum())})
     return found
 
 
 @needs_sim
 @pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
-def test_the_combine_reads_a_sequences_words_once_per_run_of_rows(mla: bool) -> None:
+def test_the_combine_reads_a_sequences_words_once_and_combines_rows_in_steps(mla: bool) -> None:
     """A combine item is a run of one sequence's rows (``CombineRunsPerSlot``): two sequences of 32 (GQA) or 64
     (MLA) rows on 8 vector sub-cores make runs of 8 or 16 rows, one per sub-core, so each sub-core reads the
     sequence's words (gather, length, three addresses: 8 scalar GM reads) once, where reading them per row made
-    9 reads a row (72 or 144)."""
+    9 reads a row (72 or 144).  With at most 8 splits (here 2) a run is combined in steps of several rows
+    (``CombineCore::Step``: 64 rows at D 128, 16 at D 512): one output store per step and no scalar read of UB,
+    where the per-row path stored each row and read its max and sum back to the scalar unit (2 reads a row)."""
     from workloads.shapes import mla_shape, uniform_shape
 
     shape = mla_shape(2, 2048, num_heads=64) if mla else uniform_shape(2, 4096, num_heads=32, num_kv_heads=8)
-    per_sub = combine_reads_and_rows(shape, 4)
-    rows = 64 if mla else 32
+    per_sub = combine_work(shape, 4)
+    rows, d, elem = (64, 512, 2) if mla else (32, 128, 2)
+    steps = 1
     assert len(per_sub) == 8, f"the launch must reach the combine on all 8 sub-cores: {per_sub}"
-    assert sorted(r for _, r in per_sub) == [rows // 4] * 8, per_sub
-    assert all(reads <= 8 for reads, _ in per_sub), per_sub
+    assert [w["bytes"] for w in per_sub] == [rows // 4 * d * elem] * 8, per_sub
+    assert all(w["gm_reads"] <= 8 and w["ub_reads"] == 0 and w["stores"] == steps for w in per_sub), per_sub
+
+
+@needs_sim
+def test_the_combine_of_more_than_8_splits_keeps_the_per_row_path() -> None:
+    """The control of the steps: a sequence cut into 24 splits (2 heads, D 32, 24 cores) is combined a row at a
+    time, each row's max and sum read back to the scalar unit."""
+    from workloads.shapes import uniform_shape
+
+    shape = uniform_shape(1, 4100, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16)
+    busy = [w for w in combine_work(shape, 24) if w["stores"]]
+    assert sum(w["stores"] for w in busy) == 2, busy
+    assert all(w["ub_reads"] == 2 * w["stores"] for w in busy), busy
 
 
 @needs_sim

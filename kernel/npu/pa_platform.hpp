@@ -215,6 +215,24 @@ AICORE inline void Fill(D &d, typename D::DType x)
     TEXPANDS(d, x);
 }
 
+/* V: each of the first 8 x `groups` fp32 of `src` into a 32-byte block of its own (vbrcb): block j of `dst` holds
+ * element j in all 8 lanes, the operand a row-major row-expand op takes one block per row of. */
+template <typename D, typename S>
+AICORE inline void SpreadToBlocks(D &dst, S &src, uint32_t groups)
+{
+    static_assert(sizeof(typename D::DType) == 4 && sizeof(typename S::DType) == 4, "vbrcb of 32-bit elements");
+    vbrcb((__ubuf__ uint32_t *)dst.data(), (__ubuf__ uint32_t *)src.data(), 1, 8, uint8_t(groups));
+}
+
+/* V: `count` 32-byte blocks of `src`, one every `stride` blocks, to consecutive blocks of `dst` (one UB -> UB copy
+ * of `count` bursts of one block, `stride - 1` blocks skipped between them). */
+template <typename D, typename S>
+AICORE inline void PickBlocks(D &dst, S &src, uint32_t count, uint32_t stride)
+{
+    copy_ubuf_to_ubuf((__ubuf__ void *)dst.data(), (__ubuf__ void *)src.data(), 0, uint16_t(count), 1,
+                      uint16_t(stride - 1), 0);
+}
+
 /* A scalar read of UB (the scalar pipe): needs a V -> S flag after the vector wrote it. */
 template <typename TileT>
 AICORE inline typename TileT::DType ScalarRead(TileT &tile, uint32_t index)

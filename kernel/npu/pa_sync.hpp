@@ -122,6 +122,11 @@ enum Edge : int {
     kEdgeBarCombAcc,    /* V barrier: accumulated row -> cast to the output dtype                           */
     kEdgeBarCombSink,   /* V barrier: sum of the weights -> + exp(sink - max lse)                           */
     kEdgeBarCombLse,    /* V barrier: ln(sum) -> + max lse, the row's lse                                   */
+    kEdgeBarCombStep,   /* V barrier: a step's last reads of its max and sum -> the next step's row max     */
+    kEdgeBarCombMax,    /* V barrier: a step's row maxima of the lse -> lse - max                           */
+    kEdgeBarCombSum,    /* V barrier: a step's sums of the weights (sinks joined) -> weights / sum          */
+    kEdgeBarCombSpread, /* V barrier: a step's weights spread one per block (vbrcb) -> each split's picked  */
+    kEdgeBarCombPick,   /* V barrier: each split's picked weight blocks -> its partial rows weighted        */
     kEdgeCount
 };
 
