@@ -174,7 +174,7 @@
 #define PA_MLA_MAX_HEADS 128
 /* v5, the MLA task: every q head of a (sequence, split) in one task, so the latent is read once per split; a task
  * holds at most PA_MLA_MAX_TASK_ROWS rows (q heads x q_len: the NPU kernel accumulates a task's output in fp32 in
- * its core's whole o_tmp stride, PA_O_TMP_CORE_STRIDE_ELEMS / D rows), fewer heads per task when q_len is larger;
+ * one of its core's two accumulators, PA_O_TMP_CORE_STRIDE_ELEMS / D rows), fewer heads per task when q_len is larger;
  * PA_HEAD_SPLIT_LIMIT does not apply.  The hand-off is PA_MLA_HANDOFF_TOKENS (word 42; S and P stages hold rows x
  * that many), the tokens of latent the NPU kernel keeps on chip for both products, two hand-offs at a time.
  * PA_TW_MLA_RESCALE: PA_MLA_RESCALE_POW2 keeps every running maximum on the grid of multiples of ln 2, so each
@@ -252,6 +252,9 @@
 #define PA_P_HALF_ELEMS 32768
 #define PA_O_TMP_CORE_STRIDE_ELEMS 65536 /* fp32                                                          */
 #define PA_O_TMP_HALF_ELEMS 32768
+/* An MLA launch's o_tmp: two task output accumulators per core (a task's rows x 512 fp32 each, one per task parity),
+ * so a task's output is read from one while the next task's P.V adds into the other. */
+#define PA_MLA_O_TMP_CORE_STRIDE_ELEMS 131072 /* fp32, 2 x PA_O_TMP_CORE_STRIDE_ELEMS                     */
 #define PA_DEFAULT_HANDOFF_TOKENS 512   /* = PA_S_HALF_ELEMS / PA_HEAD_SPLIT_LIMIT: 32 heads fill an S half */
 #define PA_HANDOFF_ALIGN_TOKENS 512     /* v2 hand-offs are whole multiples of this (the vectors' UB piece)  */
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 TESTS = Path(__file__).resolve().parent
@@ -135,6 +136,28 @@ def test_tasks_of_more_than_64_rows_put_the_next_q_k_between_a_p_v_s_slices() ->
             ks = stream["k"][(stream["kind"] == tr.EV_INSTR) & (stream["op"] == mad)]
             order = "".join("Q" if k == 64 else "P" for k in ks)
             assert ("PQP" in order) == fused, (heads, order)
+
+
+@needs_sim
+def test_a_tasks_output_is_written_after_the_next_tasks_first_hand_over() -> None:
+    """Two accumulators per core (one per task parity, ``MlaAcc``): a vector sub-core hands the next task's first P to
+    the cube before it writes the finished task's output (one group after each later hand-over), so the cube's P.V
+    does not wait for that output at a task boundary (kernel/npu/PERFORMANCE.md, change 20).  Two sequences of four
+    units on one core: each sub-core signals the cube at least five times before its first output store; writing
+    the output before the next task's first hand-over (one accumulator) made it four."""
+    from timing import trace as tr
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    trace = trace_of(mla_shape(2, 512, num_heads=32), 1)
+    for (_, role), ev in trace.streams().items():
+        if role == 0:
+            continue
+        instr = ev["kind"] == tr.EV_INSTR
+        stores = np.flatnonzero(instr & (ev["pipe"] == tr.PIPE_MTE3) & (ev["slot"] == int(abi.ArgSlot.O)))
+        assert len(stores), role
+        signals = int(np.sum(ev["kind"][:stores[0]] == tr.EV_SIGNAL))
+        assert signals >= 5, (role, signals)
 
 
 @needs_sim

@@ -299,6 +299,7 @@ def plan_paged_attention(
     sizes = workspace_sizes(
         block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
         num_heads=num_heads * q_len, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
+        mla=bool(rope_dim),
     )
     return PagedAttentionPlan(
         tiling=words, block_dim=split.block_dim, key=key, workspace=sizes, strategy=split.strategy,

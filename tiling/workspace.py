@@ -40,12 +40,13 @@ class WorkspaceSizes:
 
 def workspace_sizes(
     *, block_dim: int, elem_bytes: int, nonempty_batch: int, num_heads: int, head_dim: int, kv_core_num: int,
-    score_stage_elems: int = 0,
+    score_stage_elems: int = 0, mla: bool = False,
 ) -> WorkspaceSizes:
     """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1.
 
     ``score_stage_elems`` is tiling word 43 (ABI v2): two S/P stages of that many elements per core; 0 keeps
-    ABI v1's fixed strides (what an external ATB-ABI kernel addresses)."""
+    ABI v1's fixed strides (what an external ATB-ABI kernel addresses).  An MLA plan (``mla``) takes two output
+    accumulators of o_tmp per core (``abi.MLA_O_TMP_CORE_STRIDE_ELEMS``)."""
     split = kv_core_num > 1
     partial_rows = nonempty_batch * num_heads * kv_core_num if split else 0
     s_stride = 2 * score_stage_elems if score_stage_elems else abi.S_CORE_STRIDE_ELEMS
@@ -53,7 +54,7 @@ def workspace_sizes(
     return WorkspaceSizes(
         s_bytes=block_dim * s_stride * FP32_BYTES,
         p_bytes=block_dim * p_stride * elem_bytes,
-        o_tmp_bytes=block_dim * abi.O_TMP_CORE_STRIDE_ELEMS * FP32_BYTES,
+        o_tmp_bytes=block_dim * (abi.MLA_O_TMP_CORE_STRIDE_ELEMS if mla else abi.O_TMP_CORE_STRIDE_ELEMS) * FP32_BYTES,
         o_core_bytes=partial_rows * head_dim * FP32_BYTES,
         l_bytes=partial_rows * FP32_BYTES,
     )
@@ -86,4 +87,5 @@ def capacity_workspace(
     return workspace_sizes(
         block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads * q_len,
         head_dim=head_dim, kv_core_num=max(1, min(kv_split_limit, max_pages)), score_stage_elems=stage,
+        mla=bool(rope_dim),
     )

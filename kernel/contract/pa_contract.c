@@ -433,7 +433,9 @@ static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
     int32_t rc = PA_OK;
     if ((rc = check_extent(c, e, PA_ARG_S, cores * 2 * c->s_half, PA_ERR_BAD_LAUNCH)) ||
         (rc = check_extent(c, e, PA_ARG_P, cores * 2 * c->p_half, PA_ERR_BAD_LAUNCH)) ||
-        (rc = check_extent(c, e, PA_ARG_O_TMP, cores * PA_O_TMP_CORE_STRIDE_ELEMS, PA_ERR_BAD_LAUNCH)) ||
+        (rc = check_extent(c, e, PA_ARG_O_TMP,
+                           cores * (c->rope_dim ? PA_MLA_O_TMP_CORE_STRIDE_ELEMS : PA_O_TMP_CORE_STRIDE_ELEMS),
+                           PA_ERR_BAD_LAUNCH)) ||
         (rc = check_extent(c, e, PA_ARG_Q, rows * c->head_dim, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_K, cache, PA_ERR_OUT_OF_BOUNDS)) ||
         (rc = check_extent(c, e, PA_ARG_V, cache, PA_ERR_OUT_OF_BOUNDS)) ||

@@ -188,9 +188,10 @@ int32_t pa_map_tile(const pa_launch *L, const pa_task *T, uint32_t core, uint32_
     pa_tile_span(L, T, index, t);
     int64_t s_off = (int64_t)(2 * core + half) * (int64_t)L->c.s_half;
     int64_t p_off = (int64_t)(2 * core + half) * (int64_t)L->c.p_half;
-    /* an MLA task (ABI v5) may hold rows x 512 of the whole core stride: its tiles use one region, as the NPU
-     * kernel's output accumulator does */
-    int64_t o_off = (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + (L->c.rope_dim ? 0 : half * PA_O_TMP_HALF_ELEMS);
+    /* an MLA task (ABI v5) may hold rows x 512, a whole PA_O_TMP_CORE_STRIDE_ELEMS: its tiles use the first of its
+     * core's two accumulators (PA_MLA_O_TMP_CORE_STRIDE_ELEMS) */
+    int64_t o_off = L->c.rope_dim ? (int64_t)core * PA_MLA_O_TMP_CORE_STRIDE_ELEMS
+                                  : (int64_t)core * PA_O_TMP_CORE_STRIDE_ELEMS + half * PA_O_TMP_HALF_ELEMS;
     int64_t rows = T->rows;
     int32_t rc;
     if ((rc = pa_check_range(L, e, PA_ARG_S, s_off, rows * t->cols, T->where)) ||

@@ -65,7 +65,9 @@ constexpr int kMlaVCols = 64;                  /* P.V's output columns per matmu
 /* Rows of a task up to which L1 holds three latent tiles beside Q and P (the next unit's latent loads while this one
  * multiplies): 3 x 128 KiB latent + 2 x 16 KiB rope + 64 rows of Q (72 KiB) and P (16 KiB) = 504 KiB of 512. */
 constexpr int kMlaPrefetchRows = 64;
-static_assert(kMlaRows * kMlaD <= PA_O_TMP_CORE_STRIDE_ELEMS, "an MLA task's output fits its core's o_tmp");
+static_assert(kMlaRows * kMlaD <= PA_O_TMP_CORE_STRIDE_ELEMS &&
+                  2 * PA_O_TMP_CORE_STRIDE_ELEMS <= PA_MLA_O_TMP_CORE_STRIDE_ELEMS,
+              "an MLA task's output fits one of its core's two accumulators");
 static_assert(kMlaD % kMlaKChunk == 0 && kMlaRope == kMlaKChunk && kMlaD % kMlaVCols == 0, "MLA matmul chunks");
 
 /* ---- on-chip buffer sizes (A2/A3, bytes) ---------------------------------------------------------------- */

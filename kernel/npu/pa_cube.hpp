@@ -69,12 +69,12 @@ struct CubeCore {
     AICORE inline void RunTasks(uint32_t blockNum)
     {
         Task pending{};
-        uint32_t pendingUnit = 0;
+        uint32_t pendingUnit = 0, pendingParity = 0;
         bool havePending = false;
         ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
-            const uint32_t units = UnitsOf(st.t, tk);
+            const uint32_t units = UnitsOf(st.t, tk), parity = st.taskCounter++ % 2;
             for (uint32_t u = 0; u < units; ++u) {
                 const uint32_t stage = st.unitCounter % kStages;
                 SetUnit(u);
@@ -82,17 +82,20 @@ struct CubeCore {
                 Count(kCountUnit);
                 if (havePending) {
                     NameUnit(pending, pendingUnit);
+                    st.pvParity = pendingParity;
                     PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
                     NameUnit(tk, u);
                 }
                 pending = tk;
                 pendingUnit = u;
+                pendingParity = parity;
                 havePending = true;
                 ++st.unitCounter;
             }
         });
         if (havePending) {
             NameUnit(pending, pendingUnit);
+            st.pvParity = pendingParity;
             PvUnit<Path>(pending, pendingUnit, (st.unitCounter + kStages - 1) % kStages);
         }
     }
@@ -100,7 +103,7 @@ struct CubeCore {
     /* A unit whose Q.K^T is issued and whose P.V is not: its task, index in the task and the core's counter. */
     struct InFlight {
         Task tk;
-        uint32_t u, ctr;
+        uint32_t u, ctr, parity; /* parity: the task's, among the core's tasks with work */
     };
 
     /* P.V of unit pv fused with Q.K^T of unit qk (two units later, in the tile pv frees in halves): the P.V's slices
@@ -118,6 +121,7 @@ struct CubeCore {
         const uint32_t pvStage = pv.ctr % kStages;
         NameUnit(pv.tk, pv.u);
         WaitFromVectors(SoftmaxReady(pvStage));
+        st.pvParity = pv.parity;
         const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
         uint32_t sl = 0, k = 0;
         for (; sl <= Path::kHalfSlices; ++sl) Path::PvSlice(st, p, sl);
@@ -144,6 +148,7 @@ struct CubeCore {
         const uint32_t stage = pv.ctr % kStages;
         NameUnit(pv.tk, pv.u);
         WaitFromVectors(SoftmaxReady(stage));
+        st.pvParity = pv.parity;
         const auto p = Path::PvBegin(st, pv.tk, pv.u, pv.ctr);
         for (uint32_t sl = 0; sl < Path::kSlices; ++sl) Path::PvSlice(st, p, sl);
         SignalVectors(UpdateReady(stage));
@@ -159,9 +164,9 @@ struct CubeCore {
         ForEachTask(st.t, st.core, blockNum, [&](const Task &tk) {
             if (tk.empty) return;
             Count(kCountTask);
-            const uint32_t units = UnitsOf(st.t, tk);
+            const uint32_t units = UnitsOf(st.t, tk), parity = st.taskCounter++ % 2;
             for (uint32_t u = 0; u < units; ++u) {
-                const InFlight next{tk, u, st.unitCounter};
+                const InFlight next{tk, u, st.unitCounter, parity};
                 if (n == 2) {
                     FusedStep<Path>(ring[0], next);
                     ring[0] = ring[1];

@@ -299,7 +299,7 @@ struct MlaPath {
      * kMlaVCols columns, V read from the unit's latent tile, the slices' L0C accumulators alternating so that FIX
      * stores one while M computes the next. */
     struct PvStep {
-        uint32_t m, row0, u, ctr;
+        uint32_t m, row0, u, ctr, parity;
     };
     /* P of unit u (the core's unit ctr, whose softmax the vectors have handed over) into L1, then L0A. */
     static AICORE inline PvStep PvBegin(CubeState<T> &st, const Task &tk, uint32_t u, uint32_t ctr)
@@ -320,7 +320,7 @@ struct MlaPath {
         WaitFlag(kPLeftFree);
         Extract(pLeft, pWhole, 0, 0);
         SetFlag(kPL1Free);
-        return PvStep{m, run.row0, u, ctr};
+        return PvStep{m, run.row0, u, ctr, st.pvParity};
     }
     /* Slice sl: its V columns to L0B, the matmul, FIX's store (the task's first unit) or atomic add into GM. */
     static AICORE inline void PvSlice(CubeState<T> &st, const PvStep &p, uint32_t sl)
@@ -345,8 +345,8 @@ struct MlaPath {
         SetFlag(L0Free(b));
         if (sl + 1 == kSlices) SetFlag(kPLeftFree);
         Handoff(OAccReady(ob));
-        StoreAcc(st.otmp, ScratchO(st.core, 0) + uint64_t(p.row0) * kMlaD + sl * kMlaVCols, p.m, kMlaVCols, kMlaD,
-                 kL0cO + ob * kL0cOBytes, p.u != 0);
+        StoreAcc(st.otmp, MlaAcc(st.core, p.parity) + uint64_t(p.row0) * kMlaD + sl * kMlaVCols, p.m, kMlaVCols,
+                 kMlaD, kL0cO + ob * kL0cOBytes, p.u != 0);
         SetFlag(OAccFree(ob));
     }
     /* Unit u (the core's unit st.unitCounter - 1: the one before the Q.K^T just issued): P.V, all of it. */

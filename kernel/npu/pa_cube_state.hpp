@@ -106,6 +106,8 @@ struct CubeState {
     Gm<T> qRope, kRope; /* MLA's rope parts (PA_ARG_Q_ROPE, PA_ARG_K_ROPE); NULL otherwise */
     Gm<float> s, otmp;
     uint32_t unitCounter = 0; /* global hand-off counter: stage = counter % kStages, same on the vectors */
+    uint32_t taskCounter = 0; /* the core's tasks with work so far: a task's parity, same on the vectors        */
+    uint32_t pvParity = 0;    /* MLA: the parity of the task whose P.V is issued next (its output accumulator) */
     uint32_t l1Toggle = 0;    /* alternates the two K/V L1 buffers (per piece)                            */
     uint32_t l0Toggle = 0;    /* alternates the two L0 operand / S accumulator buffers (per matmul)       */
 

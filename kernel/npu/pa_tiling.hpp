@@ -246,6 +246,12 @@ AICORE inline uint64_t ScratchO(uint32_t core, uint32_t stage)
 {
     return uint64_t(core) * PA_O_TMP_CORE_STRIDE_ELEMS + uint64_t(stage) * PA_O_TMP_HALF_ELEMS;
 }
+/* An MLA task's fp32 output accumulator: the first or second of its core's two (PA_MLA_O_TMP_CORE_STRIDE_ELEMS), by
+ * the task's parity among the core's tasks with work (the same count on the cube and the vectors). */
+AICORE inline uint64_t MlaAcc(uint32_t core, uint32_t parity)
+{
+    return uint64_t(core) * PA_MLA_O_TMP_CORE_STRIDE_ELEMS + uint64_t(parity) * PA_O_TMP_CORE_STRIDE_ELEMS;
+}
 
 }  // namespace pa
 

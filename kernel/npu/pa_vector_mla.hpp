@@ -1,12 +1,12 @@
 /*
  * Vector side of MLA (ABI v5): the softmax of pa_vector.hpp over a task's rows in groups of at most kVecRows, with the
- * output accumulating in GM, where the cube adds each unit's P.V (pa_cube_mla.hpp): the core's o_tmp stride holds a
- * task's rows x 512 in fp32.  Per unit u (stage = global unit % 2):
+ * output accumulating in GM, where the cube adds each unit's P.V (pa_cube_mla.hpp): the core's o_tmp holds two
+ * accumulators of a task's rows x 512 in fp32, one per task parity (MlaAcc).  Per unit u (stage = global unit % 2):
  *   softmax(u): S -> P (GM) against each row's lazy running max (pa_amla.hpp), l = dm * l + l_u;
- *   the units whose P.V must have landed are waited for (and a finished task's output written from GM);
+ *   the units whose P.V must have landed are waited for;
  *   rescale(u), only when unit u moved some row's max: the accumulator's rows times dm, between P.V(u - 1) and
  *   P.V(u);
- *   then the cube is told P(u) is in GM.
+ *   then the cube is told P(u) is in GM, and one group of a finished task's output is written from GM.
  * The cube computes Q.K^T(u + 1) meanwhile; its P.V(u) waits for the hand-over only.
  * The rescale (PA_TW_MLA_RESCALE):
  *   PA_MLA_RESCALE_PLAIN: the rows are read, multiplied by dm and written back.
@@ -37,8 +37,9 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     using Base::otmp;
     using Base::unitCounter;
 
-    /* The task's fp32 output accumulator: the core's o_tmp from its first element, scratch rows of 512. */
-    AICORE inline uint64_t AccBase() const { return ScratchO(core, 0); }
+    /* A task's fp32 output accumulator, scratch rows of 512: the first or second of the core's two by the task's
+     * parity (MlaAcc), so that a task's output is read while the next task's P.V adds into the other. */
+    AICORE inline uint64_t AccBase(uint32_t parity) const { return MlaAcc(core, parity); }
 
     /* A round trip of a group's accumulator rows through UB (the O_tmp buffer): it starts when V knows the previous
      * round trip's (or output's) stores have read UB, and MTE2 that the previous round trip's stores are done with
@@ -55,12 +56,12 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     }
 
     /* A group's accumulator rows gathered into the O_tmp UB buffer (a round trip's first half). */
-    AICORE inline OF LoadAcc(const Task &tk, const TokenRows &g)
+    AICORE inline OF LoadAcc(const Task &tk, uint32_t parity, const TokenRows &g)
     {
         OF oA(g.r, kMlaD);
         Assign(oA, Base::kUbOtmp);
         BeginRoundTrip();
-        this->template GatherRows<OF>(tk, g, otmp, AccBase(), kMlaD, kMlaD, Base::kUbOtmp);
+        this->template GatherRows<OF>(tk, g, otmp, AccBase(parity), kMlaD, kMlaD, Base::kUbOtmp);
         Handoff(kOtmpLoaded);
         return oA;
     }
@@ -82,16 +83,16 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     }
 
     /* The accumulator's rows of a group times dm (plain): read, multiply, write back. */
-    AICORE inline void RescalePlain(const Task &tk, uint32_t stage, const TokenRows &g)
+    AICORE inline void RescalePlain(const Task &tk, uint32_t stage, uint32_t parity, const TokenRows &g)
     {
-        OF oA = LoadAcc(tk, g);
+        OF oA = LoadAcc(tk, parity, g);
         Col dm = this->ColAt(TokenSlot(Base::kColDm0 + stage), g);
         RowExpandMul(oA, oA, dm);
         Handoff(kOutReady);
         ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
             OF part(rows, kMlaD);
             Assign(part, Base::kUbOtmp + ub * uint32_t(OF::Cols * sizeof(float)));
-            StoreNd(otmp, AccBase() + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
+            StoreNd(otmp, AccBase(parity) + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
         });
         EndRoundTrip();
     }
@@ -100,7 +101,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
      * store-atomic add per row run, nothing read back.  The shift row broadcast over the 512 columns as fp32 (exact
      * integers), converted to int32 in place, in the shift buffer (no gather waits for these stores: V's next write
      * of the buffer waits for them through kOutUbFree). */
-    AICORE inline void RescalePow2(const Task &tk, const TokenRows &g)
+    AICORE inline void RescalePow2(const Task &tk, uint32_t parity, const TokenRows &g)
     {
         using OI = Tile<TileType::Vec, int32_t, kVecRows, kMlaD, BLayout::RowMajor, DYNAMIC, DYNAMIC>;
         OF shift(g.r, kMlaD);
@@ -119,40 +120,70 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         ForEachScratchRows(t, tk, g.token, g.head, g.r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
             OI part(rows, kMlaD);
             Assign(part, Base::kUbShift + ub * uint32_t(OI::Cols * sizeof(int32_t)));
-            StoreNdAdd(accBits, AccBase() + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
+            StoreNdAdd(accBits, AccBase(parity) + uint64_t(row) * kMlaD, rows, kMlaD, kMlaD, part, kTrafficScratch);
         });
         SetFlag(kOutUbFree);
     }
 
     /* The rows of a task this sub-core rescales before the cube adds P.V(u). */
-    AICORE inline void Rescale(const Task &tk, uint32_t stage, uint32_t row0, uint32_t r)
+    AICORE inline void Rescale(const Task &tk, uint32_t stage, uint32_t parity, uint32_t row0, uint32_t r)
     {
         this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
             if (this->PowerOfTwoMax()) {
-                RescalePow2(tk, g);
+                RescalePow2(tk, parity, g);
             } else {
-                RescalePlain(tk, stage, g);
+                RescalePlain(tk, stage, parity, g);
             }
         });
     }
 
-    /* The task's output from its accumulator, group by group. */
-    AICORE inline void Finish(const Task &tk, uint32_t parity, uint32_t row0, uint32_t r)
+    /* A task whose last P.V is in GM and whose output is still to be written from its accumulator: one group after
+     * each later unit's hand-over (off the cube's path), the rest before the task two later starts (it takes the
+     * same parity's l, max and accumulator).  Writing it all before the next task's first hand-over kept the cube
+     * waiting at every task boundary (kernel/npu/PERFORMANCE.md, change 20). */
+    struct Finishing {
+        Pending pd;
+        uint32_t group;
+        bool active;
+    };
+    Finishing fin{};
+
+    /* The next group of the task being finished, if any. */
+    AICORE inline void FinishNextGroup()
     {
-        this->ForEachGroup(tk, row0, r, [&](const TokenRows &g) {
-            OF oA = LoadAcc(tk, g);
-            this->FinishRows(tk, parity, g, oA);
-            EndRoundTrip();
+        if (!fin.active) return;
+        const Pending pd = fin.pd;
+        uint32_t i = 0;
+        bool more = false;
+        this->ForEachGroup(pd.tk, pd.row0, pd.r, [&](const TokenRows &g) {
+            if (i == fin.group) {
+                SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
+                SetUnit(pd.u);
+                OF oA = LoadAcc(pd.tk, pd.parity, g);
+                this->FinishRows(pd.tk, pd.parity, g, oA);
+                EndRoundTrip();
+            } else if (i > fin.group) {
+                more = true;
+            }
+            ++i;
         });
+        ++fin.group;
+        fin.active = more;
+    }
+    AICORE inline void FinishAll()
+    {
+        while (fin.active) FinishNextGroup();
     }
 
-    /* A unit's P.V is in GM (its UpdateReady consumed); its task's output after its last unit. */
+    /* A unit's P.V is in GM (its UpdateReady consumed); after its task's last unit the task is to be finished. */
     AICORE inline void Retire(const Pending &pd)
     {
         SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
         SetUnit(pd.u);
         WaitFromCube(UpdateReady(pd.stage));
-        if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
+        if (pd.u + 1 != pd.units) return;
+        FinishAll();
+        fin = Finishing{pd, 0, true};
     }
 
     /* Units handed to the cube whose P.V this sub-core has not yet waited for, oldest first: at most two (the one
@@ -199,21 +230,29 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         Max(acc, acc, one);
     }
 
-    /* The mirror of the cube's pipeline.  Per unit: softmax(u) of every group, then the units whose P.V must be in
-     * GM: every unit of an earlier task (its output reads the accumulator, which the next task's first P.V
-     * overwrites), the unit before last, and the last one only when unit u moved some row's max (the rescale goes
-     * between that P.V and the next); then the rescale; then P(u) is handed over.  Without a rescale the cube's
-     * P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the cube never waits
-     * for a rescale. */
+    /* The mirror of the cube's pipeline.  Per unit: at a task's first unit, the task two before it (the same parity)
+     * retired and finished; softmax(u) of every group, then the units whose P.V must be in GM: the unit before last,
+     * and the last one only when unit u moved some row's max (the rescale goes between that P.V and the next); then
+     * the rescale; then P(u) is handed over; then one group of a finished task's output.  Without a rescale the
+     * cube's P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the cube never
+     * waits for a rescale, nor for a task's output. */
     AICORE inline void Run(uint32_t blockNum)
     {
         Base::ForEachFreeFlag([](auto f) { SetFlag(f); });
         Queue queue;
         this->ForEachUnit(
-            blockNum, [&] { while (queue.count != 0) RetireOldest(queue); },
+            blockNum,
+            [&] {
+                while (queue.count != 0) RetireOldest(queue);
+                FinishAll();
+            },
             [&](const Pending &next) {
                 const Task &tk = next.tk;
                 const uint32_t u = next.u, stage = next.stage, parity = next.parity;
+                if (u == 0) {
+                    while (queue.count != 0 && queue.unit[0].parity == parity) RetireOldest(queue);
+                    FinishAll();
+                }
                 WaitFromCube(QkReady(stage));
                 this->ForEachGroup(tk, next.row0, next.r, [&](const TokenRows &g) {
                     this->SoftmaxRows(tk, u, stage, parity, g);
@@ -221,14 +260,13 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
                     if (u != 0) FoldRise(g);
                 });
                 const bool moved = RowsMoved(u, next.r);
-                while (queue.count != 0 && (queue.unit[0].u + 1 == queue.unit[0].units || queue.count == 2 || moved)) {
-                    RetireOldest(queue);
-                }
+                while (queue.count != 0 && (queue.count == 2 || moved)) RetireOldest(queue);
                 SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
                 SetUnit(u);
-                if (moved) Rescale(tk, stage, next.row0, next.r);
+                if (moved) Rescale(tk, stage, parity, next.row0, next.r);
                 SignalCube(SoftmaxReady(stage));
                 queue.unit[queue.count++] = next;
+                FinishNextGroup();
             });
         Base::ForEachFreeFlag([](auto f) { DrainFlag(f); });
         this->CombineSplits(blockNum);
