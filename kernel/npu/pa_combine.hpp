@@ -167,7 +167,6 @@ struct CombineCore {
         if (withSink) LoadSinks(t, sinks, head, 1, sink, h16, b16);
         Handoff(kLseLoaded);
         /* the widened sink is next read after the V -> S wait below, which waits for every earlier V instruction */
-        VecBarrier(kEdgeBarCombStep); /* the last step's reads of its max and sum (the lse out) come first */
         if (withSink) WidenSinks(t, sink, h16, b16);
         RowMax(mx, lse, tmp);
         Handoff(kMaxToScalar); /* the scalar unit reads UB next */
