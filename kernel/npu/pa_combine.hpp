@@ -128,6 +128,21 @@ struct CombineCore {
     Gm<float> ocore, l, lseGm; /* PA_ARG_LSE, NULL without the lse */
     __gm__ uint8_t *sinks; /* PA_ARG_SINKS in its PA_TW_SINKS_DTYPE, NULL without sinks */
 
+    /* V, both paths: the centred lse (and sink) -> exp, then each row's sum of the weights with exp(sink - max)
+     * joined; `sum` is the row sum's destination, `sumRow` the same values as element-wise ops take them. */
+    template <typename L, typename Sink, typename Sum, typename SumRow, typename Tmp>
+    AICORE inline void ExpAndSum(L &lse, Sink &sink, Sum &sum, SumRow &sumRow, Tmp &tmp, bool withSink)
+    {
+        Exp(lse, lse);
+        if (withSink) Exp(sink, sink);
+        VecBarrier(kEdgeBarCombExp);
+        RowSum(sum, lse, tmp);
+        if (withSink) {
+            VecBarrier(kEdgeBarCombSink);
+            Add(sumRow, sumRow, sink);
+        }
+    }
+
     /* A sequence's words the combine uses, read once per run of its rows. */
     struct Seq {
         uint32_t slot, splits;
@@ -176,14 +191,7 @@ struct CombineCore {
         AddS(lse, lse, -maxLse);
         if (withSink) AddS(sink, sink, -maxLse);
         VecBarrier(kEdgeBarCombShift);
-        Exp(lse, lse);
-        if (withSink) Exp(sink, sink);
-        VecBarrier(kEdgeBarCombExp);
-        RowSum(sm, lse, tmp);
-        if (withSink) {
-            VecBarrier(kEdgeBarCombSink);
-            Add(sm, sm, sink);
-        }
+        ExpAndSum(lse, sink, sm, sm, tmp, withSink);
         Handoff(kSumToScalar);
         const float sum = ScalarRead(sm, 0);
         /* as above: TROWSUM's read of lse completed before GetValue, GetValue before MulS issues */
@@ -271,14 +279,7 @@ struct CombineCore {
         RowExpandSub(lse, lse, mx);
         if (withSink) Sub(sink, sink, mxRow);
         VecBarrier(kEdgeBarCombShift);
-        Exp(lse, lse);
-        if (withSink) Exp(sink, sink);
-        VecBarrier(kEdgeBarCombExp);
-        RowSum(sm, lse, tmp);
-        if (withSink) {
-            VecBarrier(kEdgeBarCombSink);
-            Add(smRow, smRow, sink);
-        }
+        ExpAndSum(lse, sink, sm, smRow, tmp, withSink);
         VecBarrier(kEdgeBarCombSum);
         RowExpandDiv(lse, lse, sm);
         VecBarrier(kEdgeBarCombWeights);

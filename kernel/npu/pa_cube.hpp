@@ -38,13 +38,6 @@ struct CubeCore {
         }
     }
 
-    /* The work item and unit a fault or a hazard names: the unit whose instructions are issued next. */
-    static AICORE inline void NameUnit(const Task &tk, uint32_t u)
-    {
-        SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-        SetUnit(u);
-    }
-
     /* A unit's S = Q.K^T, then the vectors are told S is in GM. */
     template <typename Path>
     AICORE inline void QkUnit(const Task &tk, uint32_t u, uint32_t stage)

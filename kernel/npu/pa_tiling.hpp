@@ -97,6 +97,14 @@ struct Task {
     bool empty;
 };
 
+/* The work item and unit a fault or a hazard names (the simulation's diagnostics; nothing on the device): unit u of
+ * task tk, whose instructions are issued next. */
+AICORE inline void NameUnit(const Task &tk, uint32_t u)
+{
+    SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
+    SetUnit(u);
+}
+
 /* Splits a sequence of kvLen tokens actually has: ceil(round_up(kvLen - first, bs) / KVSPLIT), first the
  * window's first page (FirstToken).  The ABI's pa_kv_splits(), restated as device code (a plain host inline
  * function cannot be called from an AICORE function); tests/test_sim_kernel.py's split-KV cases hold the two to

@@ -568,8 +568,7 @@ struct VectorCore {
     /* The pending unit's update, and the task's output after its last unit. */
     AICORE inline void Retire(const Pending &pd)
     {
-        SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
-        SetUnit(pd.u);
+        NameUnit(pd.tk, pd.u);
         Update(pd.tk, pd.u, pd.stage, pd.parity, pd.row0, pd.r);
         if (pd.u + 1 == pd.units) Finish(pd.tk, pd.parity, pd.row0, pd.r);
     }

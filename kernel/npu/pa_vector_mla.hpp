@@ -157,8 +157,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
         bool more = false;
         this->ForEachGroup(pd.tk, pd.row0, pd.r, [&](const TokenRows &g) {
             if (i == fin.group) {
-                SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
-                SetUnit(pd.u);
+                NameUnit(pd.tk, pd.u);
                 OF oA = LoadAcc(pd.tk, pd.parity, g);
                 this->FinishRows(pd.tk, pd.parity, g, oA);
                 EndRoundTrip();
@@ -178,8 +177,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     /* A unit's P.V is in GM (its UpdateReady consumed); after its task's last unit the task is to be finished. */
     AICORE inline void Retire(const Pending &pd)
     {
-        SetWorkItem(int32_t(pd.tk.slot), int32_t(pd.tk.headStart), int32_t(pd.tk.split));
-        SetUnit(pd.u);
+        NameUnit(pd.tk, pd.u);
         WaitFromCube(UpdateReady(pd.stage));
         if (pd.u + 1 != pd.units) return;
         FinishAll();
@@ -261,8 +259,7 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
                 });
                 const bool moved = RowsMoved(u, next.r);
                 while (queue.count != 0 && (queue.count == 2 || moved)) RetireOldest(queue);
-                SetWorkItem(int32_t(tk.slot), int32_t(tk.headStart), int32_t(tk.split));
-                SetUnit(u);
+                NameUnit(tk, u);
                 if (moved) Rescale(tk, stage, parity, next.row0, next.r);
                 SignalCube(SoftmaxReady(stage));
                 queue.unit[queue.count++] = next;
