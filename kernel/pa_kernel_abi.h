@@ -1,5 +1,5 @@
 /*
- * pa-kit kernel ABI, version 5: the single source of truth for how the host talks to a paged-attention
+ * pa-kit kernel ABI, version 6: the single source of truth for how the host talks to a paged-attention
  * decode kernel (mock, simulation or NPU).  `tiling/abi.py` mirrors every PA_* number below by name and
  * `tests/test_abi_mirror.py` parses this file to prove the two agree.  Every other file uses the names.
  *
@@ -26,6 +26,12 @@
  * of its token range (up to PA_MLA_MAX_TASK_ROWS rows) with a hand-off of PA_MLA_HANDOFF_TOKENS, so a sequence's
  * latent is read once per split.  Launches without MLA are exactly v4's (word 49 is 0).
  *
+ * ABI v6 lets a split-KV launch have a tail pass (PA_TW_TAIL_BATCH > 0 with the split-KV key bit): its sequences
+ * are whole tasks, each written straight to o (and the lse) with no partial and no combine, so a planner splits
+ * only the sequences the last round of tasks needs (tiling/splits.py, split_mla).  The partial offsets count only
+ * the former pass's slots and are 0 for a tail slot (see "the layout" below).  Launches without a tail pass are
+ * exactly v5's.
+ *
  * Every pointer is a byte address of global memory; the kernel casts it to the element type named below
  * before adding any tiling offset, so all tiling offsets are ELEMENT offsets of that type.  Pointer slots
  * a decode kernel does not use (mask, dequant, razor, scale, logN; sinks, lse, q_rope, k_rope unless their
@@ -47,7 +53,7 @@
 
 #include <stdint.h>
 
-#define PA_ABI_VERSION 5
+#define PA_ABI_VERSION 6
 
 /* ---- call_kernel pointer slots (after block_dim and stream), element type in brackets ---------------- */
 #define PA_ARG_Q 0             /* [IN]  query  [B, q_len, Hq, D]                                      */
@@ -68,8 +74,8 @@
 #define PA_ARG_P 15            /* [IN]  per-core probabilities, PA_P_CORE_STRIDE_ELEMS per block_idx   */
 #define PA_ARG_O_TMP 16        /* [fp32] per-core tile P.V, PA_O_TMP_CORE_STRIDE_ELEMS per block_idx   */
 #define PA_ARG_LSE 17          /* v3 [fp32] lse [B, q_len, Hq] when PA_TW_LSE, else NULL (ATB's go)    */
-#define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_nonempty, q_len * Hq, kvCN, D]*/
-#define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_nonempty, q_len * Hq, kvCN]   */
+#define PA_ARG_O_CORE 18       /* [fp32] split-KV normalised partial O [B_split, q_len * Hq, kvCN, D]  */
+#define PA_ARG_L 19            /* [fp32] split-KV partial log-sum-exp [B_split, q_len * Hq, kvCN]      */
 #define PA_ARG_Q_ROPE 20       /* v4 [IN] MLA query rope part [B, q_len, Hq, R], NULL without (ATB's k16)*/
 #define PA_ARG_K_ROPE 21       /* v4 [IN] MLA rope cache [num_blocks, block_size, 1, R] (ATB's v16)    */
 #define PA_ARG_TILING 22       /* [uint32 words] PA_TILING_HEADER_WORDS + PA_TILING_BATCH_WORDS * B     */
@@ -93,7 +99,8 @@
 #define PA_TW_KVHEADS 7             /* Hkv                                                               */
 #define PA_TW_FORMER_BATCH 8        /* schedule positions in the former pass                             */
 #define PA_TW_FORMER_HEAD 9         /* q heads per task in the former pass                               */
-#define PA_TW_TAIL_BATCH 10         /* schedule positions in the tail pass (BN only)                     */
+#define PA_TW_TAIL_BATCH 10         /* schedule positions in the tail pass (whole sequences; v6: also   
+                                       with the split-KV key, see the layout)                          */
 #define PA_TW_TAIL_HEAD 11          /* q heads per task in the tail pass                                 */
 #define PA_TW_HEADNUM_MOVE 12       /* kv heads per K load (2 for MHA with D <= 128, else 1)             */
 #define PA_TW_MASK_MAX_LEN 13       /* 0: no mask, the mask pointer is never read                        */
@@ -198,11 +205,11 @@
 #define PA_BF_BATCH_IDX 8       /* block-table row of this slot (= s)                                    */
 #define PA_BF_TOTAL_Q_BLK 9     /* 0                                                                     */
 #define PA_BF_MASK_OFFSET_HI 10 /* 0                                                                     */
-#define PA_BF_ADDR_L_HI 11      /* l offset, fp32 elements: advances kvCN * q_len * Hq per non-empty slot*/
+#define PA_BF_ADDR_L_HI 11      /* l offset, fp32 elements: advances kvCN * q_len * Hq per split slot    */
 #define PA_BF_ADDR_L_LO 12
 #define PA_BF_GATHER 13         /* gather map: schedule position p runs slot word(p, 13); a permutation  */
 #define PA_BF_MASK_OFFSET_LO 14 /* 0                                                                     */
-#define PA_BF_ADDR_OFD_HI 15    /* o_core offset in "one split" units (q_len*Hq*D fp32 per non-empty slot)*/
+#define PA_BF_ADDR_OFD_HI 15    /* o_core offset in "one split" units (q_len*Hq*D fp32 per split slot)  */
 #define PA_BF_ADDR_OFD_LO 16    /* the kernel multiplies it by kvCN                                      */
 #define PA_TILING_BATCH_WORDS 17
 
@@ -306,16 +313,18 @@ static inline uint32_t pa_kv_first_token(uint32_t kv_len, uint32_t q_len, uint32
  * With R = q_len * Hq rows per slot (row t * Hq + h is query token t, head h):
  *   PA_BF_ADDR_Q = PA_BF_ADDR_O = s * R * D           (every slot: dense [B, q_len, Hq, D] tensors)
  *   PA_BF_BATCH_IDX = s; the lse of slot s (PA_TW_LSE) starts at s * R
- *   for split-KV keys and a non-empty slot, with n = the number of non-empty slots before s:
+ *   for split-KV keys and a split slot (non-empty, run by the former pass: its schedule position is below
+ *   PA_TW_FORMER_BATCH), with n = the number of split slots before s:
  *   PA_BF_ADDR_L = n * R * kvCN,  PA_BF_ADDR_OFD = n * R * D   (the kernel multiplies OFD by kvCN)
+ *   and 0 for a slot of the tail pass (v6), which is written whole and has no partials;
  * and the buffers hold at least: q, o B*R*D; k, v num_blocks*bs*Hkv*D; block_tables B*max_blocks;
- * o_core B_nonempty*R*kvCN*D; l B_nonempty*R*kvCN; lse B*R; sinks Hq; s, p, o_tmp block_dim * their core
- * stride; under MLA q_rope B*R*PA_TW_ROPE_DIM and k_rope num_blocks*bs*PA_TW_ROPE_DIM (q_rope's rows follow
- * q's, at PA_BF_ADDR_Q / D * PA_TW_ROPE_DIM).  Per task and tile the scratch rows are q heads x q_len. */
+ * o_core B_split*R*kvCN*D; l B_split*R*kvCN (B_split: the split slots); lse B*R; sinks Hq; s, p, o_tmp
+ * block_dim * their core stride; under MLA q_rope B*R*PA_TW_ROPE_DIM and k_rope num_blocks*bs*PA_TW_ROPE_DIM
+ * (q_rope's rows follow q's, at PA_BF_ADDR_Q / D * PA_TW_ROPE_DIM).  Per task and tile the scratch rows are q heads x q_len. */
 
 /* ---- where our planner departs from ATB, and why ------------------------------------------------------
  * 1. Long-sequence split-KV keeps ATB's batch guard (B <= 0.8 * block_dim), which the upstream port dropped
- *    and which bounds the o_core/l workspaces.  o_core/l are sized B_nonempty * Hq * kvCN * (D | 1) * 4 bytes.
+ *    and which bounds the o_core/l workspaces.  o_core/l are sized B_split * Hq * kvCN * (D | 1) * 4 bytes.
  * 2. kvCN is capped at the combine limit above (ATB does not check it; the kernel would overrun UB).
  * 3. A head split of at least one KV group is rounded to whole groups (up while that stays within
  *    PA_HEAD_SPLIT_LIMIT, else down), so no task straddles a group boundary, group_move = the group and each

@@ -239,3 +239,33 @@ def test_the_sim_executes_mla_and_says_so() -> None:
     assert code == 0, err.message
     assert compare(out, golden(c)).passed
     assert load_library(library_or_skip("libpa_sim.so")).supported_features & abi.Feature.MLA
+
+
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_a_uniform_batch_cuts_only_the_sequences_of_its_last_round(q_len: int) -> None:
+    """ABI v6: seven sequences of 600 tokens on 3 cores run six whole (a tail pass under the split-KV key) and cut
+    one into 3 KV ranges (the former pass); only the cut one has partials, and every row matches the golden.  A
+    tail slot's partial offset other than 0 is refused (its negative control)."""
+    c = build(heads=16, q_len=q_len, dtype="fp16", block_size=64, lens=[600] * 7, seed=51 + q_len, core_count=3)
+    s = c.plan.split
+    assert (s.former_batch, s.tail_batch, s.kv_core_num) == (1, 6, 3)
+    assert c.plan.key & abi.KEY_SPLIT_KV_BIT and c.plan.split_batch == 1
+    assert c.plan.workspace.l_bytes == 1 * 16 * q_len * 3 * 4
+    code, err, out, lse = run_mock(c)
+    assert code == 0, err.message
+    ref = golden(c)
+    assert compare(out, ref).passed, compare(out, ref).summary()
+    assert compare_lse(lse, ref).passed
+    tiling = c.plan.tiling.copy()
+    tail_slot = int(tiling[abi.batch_word(6, abi.BatchField.GATHER)])
+    tiling[abi.batch_word(tail_slot, abi.BatchField.ADDR_L_LO)] = 16 * q_len * 3
+    code, err, out, _ = run_mock(c, tiling=tiling)
+    assert code == abi.ErrorCode.BAD_TILING and b"l offset" in err.message, err.message
+    assert torch.isnan(out).all()
+
+
+def test_a_ragged_batch_cuts_every_sequence_alike() -> None:
+    """The last-round grid is planned for uniform lengths only (the gather order of a ragged batch is the
+    balancer's, tiling/balance.py): one token more in one sequence gives the one-pass grid."""
+    c = build(heads=16, q_len=1, dtype="fp16", block_size=64, lens=[600] * 6 + [601], seed=54, core_count=3)
+    assert c.plan.split.tail_batch == 0

@@ -173,7 +173,7 @@ def test_split_count_within_combine_limit_and_sizes_by_formula(shape: Shape) -> 
     assert kvcn * round_up(plan.head_dim, 8) <= abi.COMBINE_UB_FLOATS
     assert 1 <= plan.block_dim <= shape.core_count
     assert word(plan, abi.TilingWord.KVSPLIT) % plan.block_size == 0
-    rows = plan.nonempty_batch * plan.num_heads * kvcn if kvcn > 1 else 0
+    rows = plan.split_batch * plan.num_heads * kvcn if kvcn > 1 else 0
     assert plan.workspace.o_core_bytes == rows * plan.head_dim * FP32
     assert plan.workspace.l_bytes == rows * FP32
     key = abi.TilingKey(word(plan, abi.TilingWord.KEY))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 
 class ArgSlot(IntEnum):

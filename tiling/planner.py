@@ -16,6 +16,7 @@ import numpy as np
 from tiling import abi
 from tiling.balance import balance_ragged
 from tiling.invariant import invariant_tile, split_invariant
+from tiling.mla_grid import split_mla
 from tiling.rules import (
     DTYPES,
     lengths_array,
@@ -33,7 +34,7 @@ from tiling.rules import (
     validate_sinks_dtype,
     validate_window_left,
 )
-from tiling.splits import CoreSplit, Strategy, cap_task_rows, choose_tile, headnum_move, split_cores, split_mla
+from tiling.splits import CoreSplit, Strategy, cap_task_rows, choose_tile, headnum_move, split_cores
 from tiling.workspace import WorkspaceSizes, workspace_sizes
 
 #: ATB's PP_MM bucket for a single query token.
@@ -85,6 +86,16 @@ class PagedAttentionPlan:
     @property
     def nonempty_batch(self) -> int:
         return sum(1 for n in self.context_lens if n > 0)
+
+    @property
+    def split_batch(self) -> int:
+        """Sequences with split-KV partials: the non-empty ones the former pass runs (a tail pass is written whole,
+        ABI v6); 0 without split-KV."""
+        if self.kv_core_num <= 1:
+            return 0
+        table = self.tiling[abi.TILING_HEADER_WORDS:].reshape(self.batch, abi.TILING_BATCH_WORDS)
+        former = table[:self.split.former_batch, abi.BatchField.GATHER]
+        return int((np.asarray(self.context_lens)[former] > 0).sum())
 
     @property
     def features(self) -> int:
@@ -146,15 +157,24 @@ def gather_order(lens: np.ndarray) -> np.ndarray:
     return np.argsort(lens, kind="stable").astype(np.int64)
 
 
+def split_slots(lens: np.ndarray, gather: np.ndarray, former_batch: int) -> np.ndarray:
+    """1 for each slot with split-KV partials: non-empty and run by the former pass (schedule positions below
+    ``former_batch``); a tail-pass slot is written whole (ABI v6)."""
+    former = np.zeros(lens.size, dtype=np.int64)
+    former[gather[:former_batch]] = 1
+    return former * (lens > 0)
+
+
 def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
-                  kv_core_num: int, gather: np.ndarray, q_len: int) -> None:
+                  kv_core_num: int, gather: np.ndarray, q_len: int, former_batch: int) -> None:
     """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs; a slot holds q_len x
-    num_heads rows."""
+    num_heads rows.  The partial offsets count the split slots before each slot (0 for a tail slot)."""
     f = abi.BatchField
     batch = lens.size
     slots = np.arange(batch, dtype=np.int64)
     nonempty = (lens > 0).astype(np.int64)
-    before = np.concatenate(([0], np.cumsum(nonempty)[:-1])).astype(np.int64)
+    split = split_slots(lens, gather, former_batch) if kv_core_num > 1 else nonempty
+    before = np.concatenate(([0], np.cumsum(split)[:-1])).astype(np.int64) * split
     rows = q_len * num_heads
     row_elems = rows * head_dim
     columns = {
@@ -224,7 +244,7 @@ def plan_paged_attention(
 
     MLA (docs/API.md, "MLA decode"): ``rope_dim`` = ``abi.MLA_ROPE_DIM`` plans an absorbed-MLA step, with ``head_dim``
     the latent width (``abi.MLA_LATENT_DIM``) and ``num_kv_heads`` 1.  Its tasks hold every q head of a token range
-    (ABI v5, :func:`tiling.splits.split_mla`: the latent is read once per split) and its hand-off is
+    (ABI v5, :func:`tiling.mla_grid.split_mla`: the latent is read once per split) and its hand-off is
     ``abi.MLA_HANDOFF_TOKENS``; ``mla_rescale`` ('plain' or 'pow2') picks the NPU kernel's rescale of the output
     accumulator (:func:`tiling.rules.validate_mla_rescale`).  Every other option means what it means for GQA.
     """
@@ -264,7 +284,8 @@ def plan_paged_attention(
     if grid is not None:
         split = grid
     elif rope_dim:
-        split = split_mla(batch, num_heads, max_kv, block_size, core_count, strategy, q_len)
+        split = split_mla(batch, num_heads, max_kv, block_size, core_count, strategy, q_len,
+                          uniform=bool(read.min() == read.max()))
     elif batch_invariant:
         split = split_invariant(batch, num_heads, num_kv_heads, max_kv, block_size, head_dim, core_count)
     else:
@@ -294,10 +315,11 @@ def plan_paged_attention(
         mla_rescale=rescale_word,
     )
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
-                  kv_core_num=split.kv_core_num, gather=gather, q_len=q_len)
+                  kv_core_num=split.kv_core_num, gather=gather, q_len=q_len, former_batch=split.former_batch)
     words.setflags(write=False)
     sizes = workspace_sizes(
-        block_dim=split.block_dim, elem_bytes=DTYPES[dtype], nonempty_batch=int((lens > 0).sum()),
+        block_dim=split.block_dim, elem_bytes=DTYPES[dtype],
+        split_batch=int(split_slots(lens, gather, split.former_batch).sum()),
         num_heads=num_heads * q_len, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
         mla=bool(rope_dim),
     )

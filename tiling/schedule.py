@@ -38,8 +38,9 @@ def _slot_of(tiling: np.ndarray, position: int) -> int:
 
 def _pass_tasks(
     tiling: np.ndarray, block_dim: int, *, first_position: int, positions: int, head_split: int,
-    kv_core_num: int,
+    kv_core_num: int, whole: bool,
 ) -> Iterator[Task]:
+    """A pass's tasks; ``whole`` (the tail pass) runs each sequence's whole range, also under a split-KV key."""
     w = abi.TilingWord
     num_heads = _word(tiling, w.NUMHEADS)
     block_size = _word(tiling, w.BLOCKSIZE)
@@ -55,7 +56,7 @@ def _pass_tasks(
                 continue
             chunk = (process // kv_core_num) % chunks
             split = process % kv_core_num
-            kv_loop = abi.kv_splits(kv_len, block_size, kv_split)
+            kv_loop = 1 if whole else abi.kv_splits(kv_len, block_size, kv_split)
             if split >= kv_loop:
                 continue
             start = split * kv_split
@@ -71,12 +72,12 @@ def enumerate_tasks(tiling: np.ndarray, block_dim: int) -> list[Task]:
     kv_core_num = _word(tiling, w.KVCORENUM)
     tasks = list(_pass_tasks(
         tiling, block_dim, first_position=0, positions=_word(tiling, w.FORMER_BATCH),
-        head_split=_word(tiling, w.FORMER_HEAD), kv_core_num=kv_core_num,
+        head_split=_word(tiling, w.FORMER_HEAD), kv_core_num=kv_core_num, whole=kv_core_num == 1,
     ))
     tail_batch = _word(tiling, w.TAIL_BATCH)
     if tail_batch:
         tasks += _pass_tasks(
             tiling, block_dim, first_position=_word(tiling, w.FORMER_BATCH), positions=tail_batch,
-            head_split=_word(tiling, w.TAIL_HEAD), kv_core_num=1,
+            head_split=_word(tiling, w.TAIL_HEAD), kv_core_num=1, whole=True,
         )
     return tasks

@@ -40,13 +40,6 @@ KV_ELEM_BYTES = 2
 #: The kernel's cube->vector hand-off (tokens): a small-batch range shorter than this saves no hand-off, it
 #: only adds combine partials, so it is taken only to avoid a second round of tasks.
 HANDOFF_TOKENS = abi.S_HALF_ELEMS // abi.HEAD_SPLIT_LIMIT
-#: MLA grid choice (:func:`mla_ranges`), in MLA hand-offs (units of ``abi.MLA_HANDOFF_TOKENS`` tokens): what a task
-#: costs a core besides its units (Q's load, its output rows), and what one split partial of
-#: ``abi.MLA_MAX_TASK_ROWS`` rows costs the combine (its 256 KiB read back), from the timing model's replay at 128
-#: heads (kernel/npu/PERFORMANCE.md, change 14: a second task of 8 units on a core adds 50.2 µs, 9.3 units of
-#: 5.38 µs; a partial's read at pto-isa's GM -> UB rate is 2.4 µs).
-MLA_TASK_OVERHEAD_UNITS = 1.3
-MLA_PARTIAL_UNITS = 0.5
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -315,55 +308,6 @@ def cap_task_rows(split: CoreSplit, q_len: int, num_heads: int, num_kv_heads: in
         former_group_move=group_move(former, group, num_kv_heads) if split.former_batch else split.former_group_move,
         tail_group_move=group_move(tail, group, num_kv_heads) if split.tail_batch else split.tail_group_move,
     )
-
-
-def mla_task_heads(num_heads: int, q_len: int) -> int:
-    """q heads of an MLA task (ABI v5): all of them, up to ``abi.MLA_MAX_TASK_ROWS`` rows of heads x q_len."""
-    return max(1, min(num_heads, abi.MLA_MAX_TASK_ROWS // q_len))
-
-
-def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_count: int, strategy: Strategy,
-              q_len: int) -> CoreSplit:
-    """The MLA task grid (ABI v5): each task holds every q head of its token range (:func:`mla_task_heads`), so a
-    sequence's latent is read once per split, whatever the head count.  Each sequence may be cut into page ranges
-    of at least one MLA hand-off: in ``auto`` mode as many as :func:`mla_ranges` finds fastest (filling idle cores,
-    or evening out the last round of tasks), with ``split_kv`` enough to fill the cores (at least two where the
-    pages allow), never with ``bn``.  The combine's cap bounds the ranges (``combine_split_limit`` at D 512)."""
-    head_split = mla_task_heads(num_heads, q_len)
-    head_tasks = ceil_div(num_heads, head_split) * batch
-    kv_align = _kv_align(max_kv, block_size)
-    kv_pages = kv_align // block_size
-    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
-    most = min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
-    ranges = 1
-    if strategy == "auto":
-        ranges = mla_ranges(head_tasks, head_split * q_len, kv_pages, block_size, core_count, most)
-    elif strategy == "split_kv":
-        ranges = min(max(ceil_div(core_count, head_tasks), 2), most)
-    if ranges <= 1:
-        return one_pass_grid(batch, num_heads, 1, head_split, kv_align, 1, core_count)
-    pages_per_split = ceil_div(kv_pages, ranges)
-    return _split_kv_grid(batch, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM, pages_per_split, head_split,
-                          core_count)
-
-
-def mla_ranges(head_tasks: int, task_rows: int, kv_pages: int, block_size: int, core_count: int, most: int) -> int:
-    """KV ranges per sequence of an ``auto`` MLA grid: the count whose busiest core does the least work, in MLA
-    hand-offs.  The static task loop gives the busiest core ``ceil(tasks / cores)`` tasks, each of its range's
-    hand-offs plus :data:`MLA_TASK_OVERHEAD_UNITS`; a split adds its partials to the combine
-    (:data:`MLA_PARTIAL_UNITS` per 128 rows, shared by the cores).  Ties go to fewer ranges.  B128 at 8K (64
-    hand-offs a sequence, 24 cores): one range leaves 6 tasks on 8 cores (392), two give 11 rounds of 32 (366 + 5)."""
-    best, best_cost = 1, float("inf")
-    for ranges in range(1, most + 1):
-        pages = ceil_div(kv_pages, ranges)
-        units = ceil_div(pages * block_size, abi.MLA_HANDOFF_TOKENS)
-        tasks = head_tasks * ranges
-        cost = ceil_div(tasks, core_count) * (units + MLA_TASK_OVERHEAD_UNITS)
-        if ranges > 1:
-            cost += tasks * MLA_PARTIAL_UNITS * task_rows / abi.MLA_MAX_TASK_ROWS / core_count
-        if cost < best_cost - 1e-9:
-            best, best_cost = ranges, cost
-    return best
 
 
 def headnum_move(num_heads: int, num_kv_heads: int, head_dim: int) -> int:

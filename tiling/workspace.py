@@ -39,16 +39,17 @@ class WorkspaceSizes:
 
 
 def workspace_sizes(
-    *, block_dim: int, elem_bytes: int, nonempty_batch: int, num_heads: int, head_dim: int, kv_core_num: int,
+    *, block_dim: int, elem_bytes: int, split_batch: int, num_heads: int, head_dim: int, kv_core_num: int,
     score_stage_elems: int = 0, mla: bool = False,
 ) -> WorkspaceSizes:
-    """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1.
+    """Sizes for one plan: per-core scratch for ``block_dim`` cores, split-KV partials when kvCN > 1 for the
+    ``split_batch`` sequences that have them (non-empty, in the former pass: a tail pass is written whole, ABI v6).
 
     ``score_stage_elems`` is tiling word 43 (ABI v2): two S/P stages of that many elements per core; 0 keeps
     ABI v1's fixed strides (what an external ATB-ABI kernel addresses).  An MLA plan (``mla``) takes two output
     accumulators of o_tmp per core (``abi.MLA_O_TMP_CORE_STRIDE_ELEMS``)."""
     split = kv_core_num > 1
-    partial_rows = nonempty_batch * num_heads * kv_core_num if split else 0
+    partial_rows = split_batch * num_heads * kv_core_num if split else 0
     s_stride = 2 * score_stage_elems if score_stage_elems else abi.S_CORE_STRIDE_ELEMS
     p_stride = 2 * score_stage_elems if score_stage_elems else abi.P_CORE_STRIDE_ELEMS
     return WorkspaceSizes(
@@ -75,7 +76,7 @@ def capacity_workspace(
     rows are its heads x q_len, at most :data:`abi.MAX_TASK_ROWS` (the planner's cap, ``splits.cap_task_rows``),
     and the partials hold q_len rows per head.  An MLA runner (``rope_dim`` > 0, ABI v5) hands off
     :data:`abi.MLA_HANDOFF_TOKENS` whatever ``handoff_tokens`` says, and its tasks hold at most
-    :data:`abi.MLA_MAX_TASK_ROWS` rows (``splits.mla_task_heads``).
+    :data:`abi.MLA_MAX_TASK_ROWS` rows (``mla_grid.mla_task_heads``).
     """
     if rope_dim:
         handoff = abi.MLA_HANDOFF_TOKENS
@@ -85,7 +86,7 @@ def capacity_workspace(
         rows = num_heads if q_len == 1 else min(num_heads * q_len, max(abi.MAX_TASK_ROWS, q_len))
     stage = rows * handoff if handoff else 0
     return workspace_sizes(
-        block_dim=core_count, elem_bytes=elem_bytes, nonempty_batch=max_batch, num_heads=num_heads * q_len,
+        block_dim=core_count, elem_bytes=elem_bytes, split_batch=max_batch, num_heads=num_heads * q_len,
         head_dim=head_dim, kv_core_num=max(1, min(kv_split_limit, max_pages)), score_stage_elems=stage,
         mla=bool(rope_dim),
     )

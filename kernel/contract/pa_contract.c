@@ -228,7 +228,6 @@ static int32_t check_schedule(pa_contract *c, const uint32_t *t, pa_mock_error *
                      PA_TW_FORMER_GROUP_MOVE, "must divide the head split and keep one kv head per move");
     }
     if (c->tail_batch) {
-        REQUIRE_WORD(!c->split_kv, PA_TW_TAIL_BATCH, "split-KV keys have no tail pass");
         REQUIRE_WORD(c->tail_head >= 1 && c->tail_head <= head_limit, PA_TW_TAIL_HEAD,
                      "heads per task must be in [1, min(num_heads, PA_HEAD_SPLIT_LIMIT, task rows / q_len)] (MLA: "
                      "[1, min(num_heads, PA_MLA_MAX_TASK_ROWS / q_len)])");
@@ -388,32 +387,54 @@ static int32_t check_lengths(const pa_contract *c, const uint32_t *t, pa_mock_er
     return PA_OK;
 }
 
-/* Each slot's block-table row and q/o/l/o_core offsets are where the layout puts them (header, "layout"):
- * an offset inside its buffer but in another sequence's rows is as wrong as one outside it. */
-static int32_t check_layout(pa_contract *c, const uint32_t *t, pa_mock_error *e) {
-    uint64_t before = 0, rows = (uint64_t)c->q_len * c->num_heads, row = rows * c->head_dim;
-    for (uint32_t s = 0; s < c->batch; ++s) {
-        uint32_t kv_len = pa_contract_slot_word(t, s, PA_BF_KV_SEQLEN);
-        uint64_t word = PA_TILING_HEADER_WORDS + (uint64_t)PA_TILING_BATCH_WORDS * s;
-        int32_t rc = PA_OK;
-        if (pa_contract_slot_word(t, s, PA_BF_BATCH_IDX) != s) {
-            return bad_word(c, t, e, word + PA_BF_BATCH_IDX, (int32_t)s, "block-table row must be the slot index");
-        }
-        if ((rc = check_pair(c, t, e, s, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO, s * row, "q")) ||
-            (rc = check_pair(c, t, e, s, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO, s * row, "o"))) {
-            return rc;
-        }
-        if (c->split_kv && kv_len &&
-            ((rc = check_pair(c, t, e, s, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO,
-                              before * rows * c->kv_core_num, "l")) ||
-             (rc = check_pair(c, t, e, s, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO, before * row, "o_core")))) {
-            return rc;
-        }
-        before += kv_len > 0;
+/* Slot s's words of the layout; *split counts the split slots before it. */
+static int32_t check_slot_layout(const pa_contract *c, const uint32_t *t, pa_mock_error *e, uint32_t s, int in_tail,
+                                 uint64_t *split) {
+    uint64_t rows = (uint64_t)c->q_len * c->num_heads, row = rows * c->head_dim;
+    uint32_t kv_len = pa_contract_slot_word(t, s, PA_BF_KV_SEQLEN);
+    uint64_t word = PA_TILING_HEADER_WORDS + (uint64_t)PA_TILING_BATCH_WORDS * s;
+    int32_t rc = PA_OK;
+    if (pa_contract_slot_word(t, s, PA_BF_BATCH_IDX) != s) {
+        return bad_word(c, t, e, word + PA_BF_BATCH_IDX, (int32_t)s, "block-table row must be the slot index");
     }
-    c->nonempty = (uint32_t)before;
+    if ((rc = check_pair(c, t, e, s, PA_BF_ADDR_Q_HI, PA_BF_ADDR_Q_LO, s * row, "q")) ||
+        (rc = check_pair(c, t, e, s, PA_BF_ADDR_O_HI, PA_BF_ADDR_O_LO, s * row, "o"))) {
+        return rc;
+    }
+    if (!c->split_kv || !kv_len) {
+        return PA_OK;
+    }
+    const uint64_t n = in_tail ? 0 : *split; /* a tail slot is written whole: no partials, offsets 0 */
+    if ((rc = check_pair(c, t, e, s, PA_BF_ADDR_L_HI, PA_BF_ADDR_L_LO, n * rows * c->kv_core_num, "l")) ||
+        (rc = check_pair(c, t, e, s, PA_BF_ADDR_OFD_HI, PA_BF_ADDR_OFD_LO, n * row, "o_core"))) {
+        return rc;
+    }
+    *split += !in_tail;
     return PA_OK;
 }
+
+/* Each slot's block-table row and q/o/l/o_core offsets are where the layout puts them (header, "layout"):
+ * an offset inside its buffer but in another sequence's rows is as wrong as one outside it.  Under a split-KV
+ * key the partial offsets count the split slots (the former pass's non-empty ones, v6) and are 0 for the tail's. */
+static int32_t check_layout(pa_contract *c, const uint32_t *t, pa_mock_error *e) {
+    uint64_t before = 0;
+    unsigned char *tail = (unsigned char *)calloc(c->batch, 1); /* slot -> runs in the tail pass */
+    if (!tail) {
+        return FAIL(PA_ERR_INTERNAL, PA_CONTRACT_NONE, PA_CONTRACT_NONE, PA_CONTRACT_NONE, PA_CONTRACT_NONE,
+                    "out of host memory");
+    }
+    for (uint32_t pos = c->former_batch; pos < c->batch; ++pos) { /* the gather map is a permutation (checked) */
+        tail[pa_contract_slot_word(t, pos, PA_BF_GATHER)] = 1;
+    }
+    int32_t rc = PA_OK;
+    for (uint32_t s = 0; s < c->batch && rc == PA_OK; ++s) {
+        rc = check_slot_layout(c, t, e, s, tail[s], &before);
+    }
+    free(tail);
+    c->split_slots = (uint32_t)before;
+    return rc;
+}
+
 
 /* A buffer shorter than the launch needs: element_offset is the first element it lacks. */
 static int32_t check_extent(const pa_contract *c, pa_mock_error *e, int32_t slot, uint64_t need, int32_t code) {
@@ -428,7 +449,7 @@ static int32_t check_extent(const pa_contract *c, pa_mock_error *e, int32_t slot
 static int32_t check_extents(const pa_contract *c, pa_mock_error *e) {
     uint64_t cores = c->block_dim, rows = (uint64_t)c->batch * c->q_len * c->num_heads;
     uint64_t cache = (uint64_t)c->num_blocks * c->block_size * c->kv_heads * c->head_dim;
-    uint64_t partials = c->split_kv ? (uint64_t)c->nonempty * c->q_len * c->num_heads * c->kv_core_num : 0;
+    uint64_t partials = c->split_kv ? (uint64_t)c->split_slots * c->q_len * c->num_heads * c->kv_core_num : 0;
     uint64_t sinks_bytes = c->sinks_dtype == PA_SINKS_NONE ? 0 : c->sinks_dtype == PA_SINKS_FP32 ? 4 : 2;
     int32_t rc = PA_OK;
     if ((rc = check_extent(c, e, PA_ARG_S, cores * 2 * c->s_half, PA_ERR_BAD_LAUNCH)) ||

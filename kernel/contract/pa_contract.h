@@ -38,7 +38,7 @@ typedef struct pa_contract {
     uint32_t kv_split, kv_core_num, tile_tokens;
     uint32_t handoff_tokens;         /* tokens per cube->vector hand-off (PA_TW_HANDOFF_TOKENS, or v1's 512)   */
     uint64_t s_half, p_half;         /* elements per S / P stage of a core (v2 word 43, or the v1 halves)      */
-    uint32_t nonempty;               /* sequences with kv_len > 0                                          */
+    uint32_t split_slots;            /* split-KV: the slots with partials (non-empty, former pass)          */
     uint32_t q_len;                  /* v3: query tokens per sequence; rows per slot = q_len x num_heads    */
     uint32_t window_left;            /* v3: PA_WINDOW_NONE or W                                             */
     uint32_t sinks_dtype;            /* v3: PA_SINKS_*                                                      */

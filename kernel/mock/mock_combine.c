@@ -1,8 +1,9 @@
 /*
  * The split-KV combine of the mock device (docs/CONTRACT.md, "Split-KV combine"), run only after every
- * partial of every core (the kernel's global vector barrier): per (schedule position -> slot, row = token x heads + head), the m_split normalised partial
- * rows of o_core are weighted by exp(lse_i - LSE) and written once, in OUT dtype, to o.  A sequence with no
- * split (length 0) gets a zero row.
+ * partial of every core (the kernel's global vector barrier): per (former schedule position -> slot, row = token x
+ * heads + head), the m_split normalised partial rows of o_core are weighted by exp(lse_i - LSE) and written once,
+ * in OUT dtype, to o.  A sequence with no split (length 0) gets a zero row; the tail pass's (ABI v6) are written
+ * whole by their tasks.
  */
 #include <math.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 int32_t pa_run_core_combine(const pa_launch *L, uint32_t core, pa_mock_error *e) {
     const uint64_t rows = (uint64_t)L->c.q_len * L->c.num_heads, cn = L->c.kv_core_num;
-    const uint64_t total = (uint64_t)L->c.batch * rows;
+    const uint64_t total = (uint64_t)L->c.former_batch * rows; /* the tail pass's sequences are written whole */
     const int64_t d = L->c.head_dim;
     float lse[PA_COMBINE_UB_FLOATS];
     float acc[PA_MOCK_MAX_ROW_DIM];

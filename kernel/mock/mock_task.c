@@ -306,12 +306,13 @@ int32_t pa_write_row(const pa_launch *L, uint32_t slot, uint64_t row, const floa
     return PA_OK;
 }
 
-/* Last tile: each row's output (and lse) into o, or the split's lse into l and fp32 go / gl into o_core (a row
- * this split has no key for: lse -inf and a zero row, which the combine weighs 0). */
+/* Last tile: each row's output (and lse) into o (without split-KV, or a whole task of the tail pass), or the
+ * split's lse into l and fp32 go / gl into o_core (a row this split has no key for: lse -inf and a zero row, which
+ * the combine weighs 0). */
 int32_t pa_write_result(const pa_launch *L, const pa_task *T, pa_worker_buf *buf, pa_mock_error *e) {
     const int64_t d = L->c.head_dim, cn = L->c.kv_core_num;
     int32_t rc;
-    if (!L->c.split_kv) {
+    if (!L->c.split_kv || T->whole) {
         for (uint32_t r = 0; r < T->rows; ++r) {
             if ((rc = pa_write_row(L, T->slot, slot_row(L, T, r), buf->go + (int64_t)r * d, buf->gl[r], buf->gm[r],
                                    T->where, e))) {
@@ -363,8 +364,9 @@ int32_t pa_start_task(const pa_launch *L, pa_task *T, uint32_t core, int whole, 
     T->where = (pa_where){(int32_t)core, (int32_t)T->slot, (int32_t)T->head0, (int32_t)T->split};
     T->rows = T->heads * L->c.q_len;
     T->kv_len = kv_len;
-    if (kv_len == 0) { /* split-KV: the combine writes the zero row */
-        return L->c.split_kv ? PA_OK : write_zero_rows(L, T, e);
+    T->whole = whole;
+    if (kv_len == 0) { /* a split sequence's zero row is the combine's */
+        return L->c.split_kv && !whole ? PA_OK : write_zero_rows(L, T, e);
     }
     const uint32_t first = pa_contract_first_token(&L->c, kv_len); /* pages before the window are never read */
     uint32_t kv_loop = pa_splits_of(L, kv_len);

@@ -12,6 +12,8 @@ typedef struct pa_task {
     uint32_t rows;        /* heads x q_len: row i * q_len + t is head head0 + i, query token t            */
     uint32_t kv_len;      /* the sequence's context length (its query tokens are its last q_len)         */
     uint32_t tok0, len;   /* token range of this task                                                  */
+    int whole;            /* the sequence's whole range (BN, or a split-KV launch's tail pass, ABI v6): its
+                             rows go straight to o, no partial                                         */
     pa_where where;
 } pa_task;
 
