@@ -92,6 +92,20 @@ def test_each_latent_byte_is_read_once_per_split() -> None:
 
 
 @needs_sim
+@pytest.mark.parametrize(("hq", "rescale"), [(16, "plain"), pytest.param(128, "pow2", marks=pytest.mark.slow)])
+def test_a_uniform_batch_cut_in_its_last_round_matches_the_golden(hq: int, rescale: str) -> None:
+    """ABI v6 on the device path: seven sequences of 600 tokens on 3 cores run six whole in the tail pass (written
+    straight to o under the split-KV key) and one cut into 3 ranges, combined; every row matches the golden, and
+    each latent byte is read once (the tail's sequences once, the cut one once over its ranges)."""
+    lens = [600] * 7
+    res = run_case({"mla": rescale, "hq": hq, "q_len": 1, "dtype": "fp16", "bs": 64, "lens": lens, "cores": 3,
+                    "lse": True, "seed": 61})
+    passed(res)
+    assert res["kvcn"] == 3
+    assert res["stats"]["kv_read_bytes"] == sum(lens) * LATENT_ROW_BYTES
+
+
+@needs_sim
 @pytest.mark.parametrize(("heads", "ahead"), [(16, 2), (64, 2), (72, 1), (128, 1)])
 def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(heads: int, ahead: int) -> None:
     """A task of at most kMlaPrefetchRows rows holds three latent tiles, and each unit's Q.K^T first issues the load

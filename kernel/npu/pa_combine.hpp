@@ -344,9 +344,10 @@ struct CombineCore {
         SetFlag(kCombOutFree);
         const uint32_t rowsPerSlot = t.qLen * t.numHeads;
         const uint32_t workers = blockNum * kVecSubCores;
-        const uint32_t runs = CombineRunsPerSlot(t.batch, rowsPerSlot, workers);
+        /* the former pass's sequences: the tail pass's (ABI v6) are written whole by their tasks */
+        const uint32_t runs = CombineRunsPerSlot(t.formerBatch, rowsPerSlot, workers);
         const uint32_t runRows = CeilDiv(rowsPerSlot, runs);
-        const uint32_t items = t.batch * runs;
+        const uint32_t items = t.formerBatch * runs;
         for (uint32_t i = core * kVecSubCores + sub; i < items; i += workers) {
             const uint32_t position = i / runs, row0 = i % runs * runRows;
             if (row0 >= rowsPerSlot) continue; /* ceil(rows / r) x r can pass the rows: an empty last run */

@@ -1,8 +1,9 @@
 /*
  * Reading the tiling words (ABI v2) and walking the task list exactly as docs/CONTRACT.md ("Task loop") defines it:
  * process = block_idx, block_idx + block_num, ... over the former pass (former_batch x head chunks x kvCN),
- * then the tail pass (tail_batch x tail head chunks, whole sequences).  Schedule position p runs the slot
- * named by per-sequence word 13 of slot p (a gather map).  Cube and vector cores walk the same list.
+ * then the tail pass (tail_batch x tail head chunks, whole sequences, also under a split-KV key: ABI v6).
+ * Schedule position p runs the slot named by per-sequence word 13 of slot p (a gather map).  Cube and vector
+ * cores walk the same list.
  */
 #ifndef PA_TILING_HPP
 #define PA_TILING_HPP
@@ -95,6 +96,8 @@ struct Task {
     uint32_t slot, batchIdx, kvLen, headStart, headCount, split, tokStart, tokCount;
     uint64_t addrQ, addrO, addrL, addrOfd;
     bool empty;
+    bool whole; /* the task covers its sequence's whole range (no split-KV key, one split, or the tail pass of a
+                   split-KV launch, ABI v6): its rows go straight to o, with no partial for the combine */
 };
 
 /* The work item and unit a fault or a hazard names (the simulation's diagnostics; nothing on the device): unit u of
@@ -114,9 +117,10 @@ AICORE inline uint32_t SplitsOf(const Tiling &t, uint32_t kvLen)
     return CeilDiv(CeilDiv(kvLen - FirstToken(t, kvLen), t.blockSize) * t.blockSize, t.kvSplit);
 }
 
-/* kvLen: the slot's PA_BF_KV_SEQLEN, which the task walk has read already (each read is a scalar GM load). */
+/* kvLen: the slot's PA_BF_KV_SEQLEN, which the task walk has read already (each read is a scalar GM load);
+ * tailPass: the task is the tail pass's, its sequence's whole range whatever KVSPLIT says. */
 AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t kvLen, uint32_t headStart, uint32_t headSplit,
-                            uint32_t split)
+                            uint32_t split, bool tailPass)
 {
     Task k;
     k.slot = slot;
@@ -132,8 +136,10 @@ AICORE inline Task MakeTask(const Tiling &t, uint32_t slot, uint32_t kvLen, uint
     k.empty = k.kvLen == 0;
     k.tokStart = FirstToken(t, k.kvLen) + split * t.kvSplit;
     k.tokCount = 0;
+    k.whole = tailPass || !t.SplitKv();
     if (!k.empty) {
-        const uint32_t splits = SplitsOf(t, k.kvLen);
+        const uint32_t splits = tailPass ? 1 : SplitsOf(t, k.kvLen);
+        k.whole = k.whole || splits == 1;
         k.tokCount = split + 1 == splits ? k.kvLen - k.tokStart : t.kvSplit;
     }
     return k;
@@ -158,9 +164,9 @@ AICORE inline void ForEachTask(const Tiling &t, uint32_t core, uint32_t blockNum
             const uint32_t chunk = (process / kvcn) % chunks;
             const uint32_t split = process % kvcn;
             const uint32_t kvLen = t.SlotWord(slot, PA_BF_KV_SEQLEN);
-            if (kvLen == 0 ? split != 0 : split >= SplitsOf(t, kvLen)) continue;
+            if (kvLen == 0 ? split != 0 : split >= (pass == 0 ? SplitsOf(t, kvLen) : 1)) continue;
             SetWorkItem(int32_t(slot), int32_t(chunk * headSplit), int32_t(split));
-            fn(MakeTask(t, slot, kvLen, chunk * headSplit, headSplit, split));
+            fn(MakeTask(t, slot, kvLen, chunk * headSplit, headSplit, split, pass == 1));
         }
     }
 }

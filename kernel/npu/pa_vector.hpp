@@ -445,7 +445,7 @@ struct VectorCore {
         Col gl = ColAt(LSlot(parity), g);
         Row glRow = RowAt(LSlot(parity), g), gmRow = RowAt(TokenSlot(kColM0 + parity), g), lseRow = RowAt(kColLse, g);
         VecBarrier(kEdgeBarFinal);
-        const bool oneSplit = !t.SplitKv() || SplitsOf(t, tk.kvLen) == 1;
+        const bool oneSplit = tk.whole;
         if (oneSplit && t.sinksDtype != PA_SINKS_NONE) JoinSinks(g, gmRow, glRow);
         RowExpandDiv(oA, oA, gl);
         VecBarrier(kEdgeBarNormed);
