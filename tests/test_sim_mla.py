@@ -175,6 +175,28 @@ def test_a_tasks_output_is_written_after_the_next_tasks_first_hand_over() -> Non
 
 
 @needs_sim
+def test_a_units_row_sums_come_after_its_hand_over() -> None:
+    """l's update is off the chain from the cube's S(u) to its P.V(u) (kernel/npu/PERFORMANCE.md, change 22): a
+    sub-core casts each group's P, hands P(u) over, and only then sums the rows of the P it held in UB.  One
+    sequence of 512 tokens at 32 heads on one core (16 rows a sub-core, one group a unit): each of the four row sums
+    (vcadd) of a vector stream follows that unit's signal to the cube; summed before the hand-over (each group's sum
+    beside its cast), each preceded it."""
+    from timing import trace as tr
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    trace = trace_of(mla_shape(1, 512, num_heads=32), 1)
+    vcadd = trace.op_names.index("vcadd")
+    for (_, role), ev in trace.streams().items():
+        if role == 0:
+            continue
+        sums = np.flatnonzero((ev["kind"] == tr.EV_INSTR) & (ev["op"] == vcadd))
+        signals = np.flatnonzero(ev["kind"] == tr.EV_SIGNAL)
+        assert len(sums) == 4 and len(signals) >= 4, (role, len(sums), len(signals))
+        assert all(sums[i] > signals[i] for i in range(4)), (role, sums, signals)
+
+
+@needs_sim
 def test_the_two_rescales_agree_within_tolerance_and_differ_where_amla_is_not_exact() -> None:
     """Both rescales pass the golden and give different bits (AMLA's max sits up to ln 2 above the exact one, so
     P = exp(S - m) rounds differently).  They part where AMLA's integer add is not a multiply: a latent column that

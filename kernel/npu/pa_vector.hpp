@@ -132,9 +132,15 @@ struct VectorCore {
      * gathers into O_tmp's never wait for those stores. */
     static constexpr uint32_t kUbShift = AlignUp(kUbLseBlocks + LseBlocks::Numel * sizeof(float), kOnChipAlign);
     static constexpr uint32_t kShiftBytes = DCap == kMlaD ? OF::Numel * sizeof(int32_t) : 0;
+    /* MLA: a unit's P of every row of the sub-core, held in UB from its cast until its row sum, which is left until
+     * after the hand-over to the cube (SoftmaxRows' deferSum, SumHeldP), and the row sum's temporary. */
+    static constexpr uint32_t kUbPHeld = AlignUp(kUbShift + kShiftBytes, kOnChipAlign);
+    static constexpr uint32_t kPHeldBytes = DCap == kMlaD ? kVecMaxRows * kPiece * sizeof(T) : 0;
+    static constexpr uint32_t kUbSumTmp = AlignUp(kUbPHeld + kPHeldBytes, kOnChipAlign);
+    static constexpr uint32_t kSumTmpBytes = DCap == kMlaD ? SF::Numel * sizeof(float) : 0;
     /* A2/A3's row-expand ops use a fixed UB temporary from TMP_UB_OFFSET on (pa_platform.hpp, Assign): the plan
      * ends before it. */
-    static_assert(kUbShift + kShiftBytes <= TMP_UB_OFFSET, "UB plan overflows");
+    static_assert(kUbSumTmp + kSumTmpBytes <= TMP_UB_OFFSET, "UB plan overflows");
 
     const Tiling &t;
     uint32_t core, sub;
@@ -300,8 +306,12 @@ struct VectorCore {
 
     /* softmax(u) of one token's rows.  A unit of at most kPieceTokens columns stays in UB: load, max, exp, store.
      * A larger unit goes in pieces of kPieceTokens columns, twice: the row max over every piece first, then per
-     * piece exp(S - m), the cast P to GM and the row sum, each piece of S loaded again. */
-    AICORE inline void SoftmaxRows(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, const TokenRows &g)
+     * piece exp(S - m), the cast P to GM and the row sum, each piece of S loaded again.  With deferSum (MLA, one
+     * piece) P is cast at pAt and stays there: its row sum is SumHeldP's, after the hand-over, and S's buffer is
+     * free once exp(S - m) has read it, so the next group's S loads under this group's exp and cast (the softmax
+     * chain between the cube's S and its P.V, kernel/npu/PERFORMANCE.md, change 22). */
+    AICORE inline void SoftmaxRows(const Task &tk, uint32_t u, uint32_t stage, uint32_t parity, const TokenRows &g,
+                                   uint32_t pAt = kUbPt, bool deferSum = false)
     {
         const uint32_t r = g.r;
         const uint32_t len = UnitTokens(t, tk, u);
@@ -358,24 +368,26 @@ struct VectorCore {
             PT pT(r, wl);
             Assign(sT, kUbS);
             Assign(pF, kUbPf);
-            Assign(pT, kUbPt);
+            Assign(pT, pAt);
             if (!onePiece) {
                 LoadScaled(tk, g, sBase, unitCol, w0, wl);
                 VecBarrier(kEdgeBarPieceScaled);
             }
             RowExpandSub(pF, sT, gm);
+            if (deferSum) SetFlag(kSUbFree); /* S's last read */
             VecBarrier(kEdgeBarExp);
             Exp(pF, pF);
             VecBarrier(kEdgeBarCast);
             WaitFlag(kPUbFree);
-            CvtPiece(pT, kUbPt, pF, kUbPf, wl, RoundMode::CAST_RINT);
+            CvtPiece(pT, pAt, pF, kUbPf, wl, RoundMode::CAST_RINT);
             Handoff(kPCast);
             ForEachScratchRows(t, tk, g.token, g.head, r, [&](uint32_t ub, uint32_t row, uint32_t rows) {
                 PT part(rows, wl);
-                Assign(part, kUbPt + ub * uint32_t(PT::Cols * sizeof(T)));
+                Assign(part, pAt + ub * uint32_t(PT::Cols * sizeof(T)));
                 StoreNd(p, pBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, part, kTrafficScratch);
             });
             SetFlag(kPUbFree);
+            if (deferSum) continue; /* one piece: the loop ends */
             VecBarrier(kEdgeBarWiden);
             CvtPiece(pF, kUbPf, pT, kUbPt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
             VecBarrier(kEdgeBarRowSum);
@@ -388,6 +400,24 @@ struct VectorCore {
             }
             SetFlag(kSUbFree);
         }
+    }
+
+    /* l_u of a group whose softmax(u) deferred its row sum: the P it left at pAt (what the cube multiplies),
+     * widened and summed.  Nothing but V reads or writes pF, the held P (its stores only read it) or the
+     * temporary, so the loads and stores around it need no flag. */
+    AICORE inline void SumHeldP(const Task &tk, uint32_t u, uint32_t stage, const TokenRows &g, uint32_t pAt)
+    {
+        const uint32_t wl = UnitTokens(t, tk, u);
+        SF pF(g.r, wl), tmp(g.r, wl);
+        PT pT(g.r, wl);
+        Assign(pF, kUbPf);
+        Assign(tmp, kUbSumTmp);
+        Assign(pT, pAt);
+        Col ll = ColAt(TokenSlot(kColLl0 + stage), g);
+        VecBarrier(kEdgeBarWiden);
+        CvtPiece(pF, kUbPf, pT, pAt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+        VecBarrier(kEdgeBarRowSum);
+        RowSum(ll, pF, tmp);
     }
 
     /* update(u) of every query token's rows. */

@@ -2,11 +2,12 @@
  * Vector side of MLA (ABI v5): the softmax of pa_vector.hpp over a task's rows in groups of at most kVecRows, with the
  * output accumulating in GM, where the cube adds each unit's P.V (pa_cube_mla.hpp): the core's o_tmp holds two
  * accumulators of a task's rows x 512 in fp32, one per task parity (MlaAcc).  Per unit u (stage = global unit % 2):
- *   softmax(u): S -> P (GM) against each row's lazy running max (pa_amla.hpp), l = dm * l + l_u;
+ *   softmax(u): S -> P (GM) against each row's lazy running max (pa_amla.hpp), P held in UB;
  *   the units whose P.V must have landed are waited for;
  *   rescale(u), only when unit u moved some row's max: the accumulator's rows times dm, between P.V(u - 1) and
  *   P.V(u);
- *   then the cube is told P(u) is in GM, and one group of a finished task's output is written from GM.
+ *   then the cube is told P(u) is in GM; then l = dm * l + l_u from the held P (off the cube's path), and one group
+ *   of a finished task's output is written from GM.
  * The cube computes Q.K^T(u + 1) meanwhile; its P.V(u) waits for the hand-over only.
  * The rescale (PA_TW_MLA_RESCALE):
  *   PA_MLA_RESCALE_PLAIN: the rows are read, multiplied by dm and written back.
@@ -231,7 +232,9 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
     /* The mirror of the cube's pipeline.  Per unit: at a task's first unit, the task two before it (the same parity)
      * retired and finished; softmax(u) of every group, then the units whose P.V must be in GM: the unit before last,
      * and the last one only when unit u moved some row's max (the rescale goes between that P.V and the next); then
-     * the rescale; then P(u) is handed over; then one group of a finished task's output.  Without a rescale the
+     * the rescale; then P(u) is handed over; then l's update from the held P (SumHeldP: the row sums, a fifth of the
+     * softmax's vector time, off the chain from S(u) to P.V(u)); then one group of a finished task's output.  Without
+     * a rescale the
      * cube's P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the cube never
      * waits for a rescale, nor for a task's output. */
     AICORE inline void Run(uint32_t blockNum)
@@ -252,16 +255,23 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
                     FinishAll();
                 }
                 WaitFromCube(QkReady(stage));
+                uint32_t held = Base::kUbPHeld;
                 this->ForEachGroup(tk, next.row0, next.r, [&](const TokenRows &g) {
-                    this->SoftmaxRows(tk, u, stage, parity, g);
-                    UpdateL(u, stage, parity, g);
+                    this->SoftmaxRows(tk, u, stage, parity, g, held, true);
                     if (u != 0) FoldRise(g);
+                    held += g.r * uint32_t(Base::kPiece * sizeof(T));
                 });
                 const bool moved = RowsMoved(u, next.r);
                 while (queue.count != 0 && (queue.count == 2 || moved)) RetireOldest(queue);
                 NameUnit(tk, u);
                 if (moved) Rescale(tk, stage, parity, next.row0, next.r);
                 SignalCube(SoftmaxReady(stage));
+                held = Base::kUbPHeld; /* l's update is off the cube's path: after the hand-over */
+                this->ForEachGroup(tk, next.row0, next.r, [&](const TokenRows &g) {
+                    this->SumHeldP(tk, u, stage, g, held);
+                    UpdateL(u, stage, parity, g);
+                    held += g.r * uint32_t(Base::kPiece * sizeof(T));
+                });
                 queue.unit[queue.count++] = next;
                 FinishNextGroup();
             });
