@@ -153,6 +153,29 @@ def test_tasks_of_more_than_64_rows_put_the_next_q_k_between_a_p_v_s_slices() ->
 
 
 @needs_sim
+def test_the_two_tile_path_loads_the_rope_with_the_latents_first_half() -> None:
+    """On the two-tile path the rope of a unit lands with its latent's first half and the rope chunk runs before
+    the second half's (kernel/npu/PERFORMANCE.md, change 23), so that after a fused step's last P.V slice only the
+    second half is loaded: in each cube core's stream of cache loads every rope load (slot K_ROPE) sits between a
+    unit's first and second half (slot K), never after both; a task of at most 64 rows loads a unit's latent, then
+    its rope, whole (its control)."""
+    from timing import trace as tr
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    rope = int(abi.ArgSlot.K_ROPE)
+    for heads, order in ((128, "LRL"), (64, "LR")):
+        trace = trace_of(mla_shape(1, 512, num_heads=heads, block_size=128), 1)
+        for (_, role), ev in trace.streams().items():
+            if role != 0:
+                continue
+            cache = np.isin(ev["slot"], (*tr.KV_SLOTS, rope))  # the latent's loads name K or V (the same pointer)
+            loads = (ev["kind"] == tr.EV_INSTR) & (ev["pipe"] == tr.PIPE_MTE2) & cache
+            got = "".join("R" if slot == rope else "L" for slot in ev["slot"][loads])
+            assert got == order * 4, (heads, got)
+
+
+@needs_sim
 def test_a_tasks_output_is_written_after_the_next_tasks_first_hand_over() -> None:
     """Two accumulators per core (one per task parity, ``MlaAcc``): a vector sub-core hands the next task's first P to
     the cube before it writes the finished task's output (one group after each later hand-over), so the cube's P.V

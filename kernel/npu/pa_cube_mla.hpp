@@ -189,24 +189,25 @@ struct MlaPath {
         SetFlag(KvLoaded(b));
     }
 
-    /* Two tiles: half h of unit c's latent columns into tile b = TileOf(c).  The first half as soon as the P.V of
-     * unit c - 2 moved its first half's V slices out (KvL1FreeLo, MTE1 then waits for KvLoadedLo), the second half
-     * and the rope once it moved the rest (KvL1Free, set after the Q.K^T of unit c - 2 moved its rope chunk: the rope
-     * tile is the latent tile's, RopeOf(c) = TileOf(c); MTE1 then waits for KvLoaded).  Each wait follows its set in
-     * program order, so a fused step issues the second half after the P.V's last slice. */
+    /* Two tiles: half h of unit c's latent columns into tile b = TileOf(c).  The first half and the rope as soon as
+     * the P.V of unit c - 2 moved its first half's V slices out (KvL1FreeLo, which MTE1 sets after the Q.K^T of
+     * unit c - 2 moved its rope chunk: the rope tile is the latent tile's, RopeOf(c) = TileOf(c); MTE1 then waits for
+     * KvLoadedLo), the second half once it moved the rest (KvL1Free; MTE1 then waits for KvLoaded).  Each wait
+     * follows its set in program order, so a fused step issues the second half after the P.V's last slice, and
+     * the rope chunk runs while it loads (ChunkAt). */
     static AICORE inline void LoadHalf(CubeState<T> &st, const UnitPieces &pcs, uint32_t b, uint32_t len, uint32_t h)
     {
         const uint32_t base = KvTile(b) + h * kHalfBytes;
         L1Box &box = h == 0 ? st.kvBox[b] : st.kvHiBox[b];
         WaitFlag(h == 0 ? KvL1FreeLo(b) : KvL1Free(b));
         st.template ZeroBuffer<KHalf>(base, box.BeforeLoad(kMlaD / 32, len, kMlaD / 32, kMlaTok, false));
-        if (h == 1) ZeroRope(st, b, len);
+        if (h == 0) ZeroRope(st, b, len);
         for (uint32_t i = 0; i < pcs.count; ++i) {
             const Piece &pc = pcs.piece[i];
             KHalf half(kMlaD / 2, pc.len);
             Assign(half, base + pc.col * kNzRowBytes);
             LoadDn(half, st.k, pc.kvOff + h * (kMlaD / 2), kMlaD / 2, pc.len, kMlaD, kTrafficKv);
-            if (h == 1) LoadRope(st, b, pc);
+            if (h == 0) LoadRope(st, b, pc);
         }
         SetFlag(h == 0 ? KvLoadedLo(b) : KvLoaded(b));
     }
@@ -245,13 +246,22 @@ struct MlaPath {
     {
         if constexpr (kHalves) LoadHalf(st, q.pieces, TileOf(q.ctr), q.len, 1);
     }
-    /* Chunk k of S = Q.K^T over the 576 columns: a latent chunk (k < kMlaD / kMlaKChunk) or the rope, accumulated
-     * in L0C; the latent stays in its tile until the unit's P.V. */
-    static AICORE inline void QkChunk(CubeState<T> &st, const QkStep &q, uint32_t k)
+    static constexpr uint32_t kRopeChunk = kMlaD / kMlaKChunk;
+    /* The chunk Q.K^T issues i-th: in order, except that two tiles take the rope right after the first half's
+     * chunks (it lands with the first half, LoadHalf), so that once the second half lands only its chunks are left
+     * before S's store (kernel/npu/PERFORMANCE.md, change 23). */
+    static AICORE inline uint32_t ChunkAt(uint32_t i)
     {
-        constexpr uint32_t kRopeChunk = kMlaD / kMlaKChunk;
+        if (!kHalves || i < kHalfChunks) return i;
+        return i == kHalfChunks ? kRopeChunk : i - 1;
+    }
+    /* The i-th chunk of S = Q.K^T over the 576 columns (ChunkAt): a latent chunk (k < kMlaD / kMlaKChunk) or the
+     * rope, accumulated in L0C; the latent stays in its tile until the unit's P.V. */
+    static AICORE inline void QkChunk(CubeState<T> &st, const QkStep &q, uint32_t i)
+    {
+        const uint32_t k = ChunkAt(i);
         const uint32_t m = q.run.rows, tile = TileOf(q.ctr), b = st.l0Toggle++ & 1u;
-        if (k == 0) WaitFlag(kHalves ? KvLoadedLo(tile) : KvLoaded(tile));
+        if (i == 0) WaitFlag(kHalves ? KvLoadedLo(tile) : KvLoaded(tile));
         if (kHalves && k == kHalfChunks) WaitFlag(KvLoaded(tile)); /* the second half and the rope */
         QMat qMat(m, kMlaK);
         SAcc acc(m, kMlaTok);
@@ -267,10 +277,10 @@ struct MlaPath {
         Extract(qLeft, qMat, 0, k * kMlaKChunk);
         Mov(kRight, kChunk);
         if (kPrefetch && k == kRopeChunk) SetFlag(RopeL1Free(RopeOf(q.ctr)));
-        if (k + 1 == kChunks && q.u + 1 == q.units) SetFlag(kQL1Free);
+        if (i + 1 == kChunks && q.u + 1 == q.units) SetFlag(kQL1Free);
         Handoff(L0Ready(b));
-        if (k == 0) WaitFlag(SAccFree(0));
-        if (k == 0) {
+        if (i == 0) WaitFlag(SAccFree(0));
+        if (i == 0) {
             Matmul(acc, qLeft, kRight);
         } else {
             MatmulAcc(acc, qLeft, kRight);
