@@ -18,11 +18,11 @@ from tiling import abi
 from tiling.splits import (
     CoreSplit,
     Strategy,
-    _kv_align,
-    _split_kv_grid,
     ceil_div,
     combine_split_limit,
+    kv_align_tokens,
     one_pass_grid,
+    split_kv_grid,
 )
 
 #: What a task costs a core besides its units (Q's load, its output rows), and what one split partial of
@@ -52,7 +52,7 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     head_split = mla_task_heads(num_heads, q_len)
     chunks = ceil_div(num_heads, head_split)
     head_tasks = chunks * batch
-    kv_align = _kv_align(max_kv, block_size)
+    kv_align = kv_align_tokens(max_kv, block_size)
     kv_pages = kv_align // block_size
     min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
     most = min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
@@ -64,7 +64,7 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     if ranges <= 1:
         grid = one_pass_grid(batch, num_heads, 1, head_split, kv_align, 1, core_count)
     else:
-        grid = _split_kv_grid(batch, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,
+        grid = split_kv_grid(batch, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,
                               ceil_div(kv_pages, ranges), head_split, core_count)
     if strategy != "auto" or not uniform or max_kv == 0:
         return grid
@@ -77,7 +77,7 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
                     chunks, rows, kv_pages, block_size, core_count)
     if grid_cost(cut, whole, cut_ranges, chunks, rows, kv_pages, block_size, core_count) >= now - 1e-9:
         return grid
-    pieces = _split_kv_grid(cut, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,
+    pieces = split_kv_grid(cut, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,
                             ceil_div(kv_pages, cut_ranges), head_split, core_count)
     return replace(pieces, tail_batch=whole, tail_head=head_split, tail_group_move=pieces.former_group_move,
                    block_dim=min(core_count, pieces.task_count + whole * chunks),

@@ -58,7 +58,7 @@ class TileChoice:
     split_block: bool
 
 
-def _kv_align(max_kv: int, block_size: int) -> int:
+def kv_align_tokens(max_kv: int, block_size: int) -> int:
     """Tokens of the longest sequence rounded up to whole pages (at least one page, for all-empty batches)."""
     return max(round_up(max_kv, block_size), block_size)
 
@@ -168,13 +168,13 @@ def split_bn(
         tail_head=tail_head,
         former_group_move=group_move(head_split, group, num_kv_heads),
         tail_group_move=group_move(tail_head, group, num_kv_heads),
-        kv_split_tokens=_kv_align(max_kv, block_size),
+        kv_split_tokens=kv_align_tokens(max_kv, block_size),
         kv_core_num=1,
         task_count=task_count,
     )
 
 
-def _split_kv_grid(
+def split_kv_grid(
     batch: int, num_heads: int, num_kv_heads: int, kv_align: int, block_size: int, head_dim: int,
     pages_per_split: int, head_split: int | None, core_count: int,
 ) -> CoreSplit:
@@ -217,13 +217,13 @@ def split_kv(
     batch: int, num_heads: int, num_kv_heads: int, max_kv: int, block_size: int, head_dim: int, core_count: int
 ) -> CoreSplit:
     """ATB's ``SplitCoreBNSND``: each sequence's pages are cut into kvCN ranges, combined afterwards."""
-    kv_align = _kv_align(max_kv, block_size)
+    kv_align = kv_align_tokens(max_kv, block_size)
     kv_pages = kv_align // block_size
     if is_long_sequence(max_kv, batch, core_count):
         pages_per_split = ceil_div(kv_pages, core_count)
     else:
         pages_per_split = ceil_div(kv_pages, ceil_div(core_count, batch))
-    return _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split, None,
+    return split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split, None,
                           core_count)
 
 
@@ -238,9 +238,9 @@ def split_kv_whole_groups(
     group = num_heads // num_kv_heads
     head_split = min(group, abi.HEAD_SPLIT_LIMIT)
     head_tasks = ceil_div(num_heads, head_split) * batch
-    kv_align = _kv_align(max_kv, block_size)
+    kv_align = kv_align_tokens(max_kv, block_size)
     pages_per_split = ceil_div(kv_align // block_size, ceil_div(core_count, head_tasks))
-    return _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split,
+    return split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim, pages_per_split,
                           head_split, core_count)
 
 
@@ -264,8 +264,8 @@ def split_small_batch(
     ranges = core_count // (batch * ceil_div(num_heads, head_split))
     if ranges < 2:
         return None
-    kv_align = _kv_align(max_kv, block_size)
-    split = _split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim,
+    kv_align = kv_align_tokens(max_kv, block_size)
+    split = split_kv_grid(batch, num_heads, num_kv_heads, kv_align, block_size, head_dim,
                            ceil_div(kv_align // block_size, ranges), head_split, core_count)
     return split if split.kv_core_num >= 2 else None
 

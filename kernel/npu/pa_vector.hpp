@@ -387,7 +387,7 @@ struct VectorCore {
                 StoreNd(p, pBase + uint64_t(row) * t.handoff + w0, rows, wl, t.handoff, part, kTrafficScratch);
             });
             SetFlag(kPUbFree);
-            if (deferSum) continue; /* one piece: the loop ends */
+            if (deferSum) continue; /* an MLA unit is one piece (its hand-off is kPiece): the loop ends here */
             VecBarrier(kEdgeBarWiden);
             CvtPiece(pF, kUbPf, pT, kUbPt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
             VecBarrier(kEdgeBarRowSum);

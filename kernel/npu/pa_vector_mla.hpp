@@ -234,9 +234,8 @@ struct MlaVectorCore : VectorCore<T, kMlaD> {
      * and the last one only when unit u moved some row's max (the rescale goes between that P.V and the next); then
      * the rescale; then P(u) is handed over; then l's update from the held P (SumHeldP: the row sums, a fifth of the
      * softmax's vector time, off the chain from S(u) to P.V(u)); then one group of a finished task's output.  Without
-     * a rescale the
-     * cube's P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the cube never
-     * waits for a rescale, nor for a task's output. */
+     * a rescale the cube's P.V(u) follows P.V(u - 1) without waiting for the vectors' view of it: in steady state the
+     * cube never waits for a rescale, nor for a task's output. */
     AICORE inline void Run(uint32_t blockNum)
     {
         Base::ForEachFreeFlag([](auto f) { SetFlag(f); });
