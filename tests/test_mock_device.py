@@ -624,7 +624,6 @@ HEADER_CORRUPTIONS = {
     "kvcn_inconsistent": (Word.KVCORENUM, lambda t: t[Word.KVCORENUM] + 1, "split_kv"),
     "kvcn_without_split_key": (Word.KVCORENUM, 2, "bn"),
     "kvcn_over_combine_limit": (Word.KVCORENUM, 200, "split_kv"),
-    "tail_in_split_kv": (Word.TAIL_BATCH, lambda t: _move_to_tail(t, 1), "split_kv"),
     "tail_head_over_limit": (Word.TAIL_HEAD, lambda t: _tail_with_head(t, 9), "bn"),
     "headnum_move": (Word.HEADNUM_MOVE, 3, "bn"),
     "quantype": (Word.QUANTYPE, 1, "bn"),
@@ -655,6 +654,18 @@ def test_corrupted_header_word(lib: ctypes.CDLL, rng: np.random.Generator, name:
     tiling[word] = value(tiling) if callable(value) else value
     e = expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING, element_offset=word)
     assert e.message
+
+
+def test_a_tail_slot_under_a_split_kv_key_keeps_no_partial_offset(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
+    """ABI v6: a split-KV launch may have a tail pass (whole sequences, written straight to o), and the partial
+    offsets count the split slots only (a tail slot's are 0): a sequence moved into the tail with every slot's
+    offsets left as they were is refused, naming the first slot whose l offset is now wrong."""
+    case = _tiling_case(rng, "split_kv")
+    tiling = case.plan.tiling.copy()
+    tiling[Word.TAIL_BATCH] = _move_to_tail(tiling, 1)
+    e = expect(h.launch(lib, case, tiling=tiling), Err.BAD_TILING, Slot.TILING)
+    assert (e.element_offset - abi.TILING_HEADER_WORDS) % abi.TILING_BATCH_WORDS == Field.ADDR_L_HI
+    assert b"l offset" in e.message
 
 
 def test_split_block_tile_must_divide_the_page(lib: ctypes.CDLL, rng: np.random.Generator) -> None:
