@@ -73,8 +73,8 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     if best is None:
         return grid
     whole, cut, cut_ranges = best
-    now = grid_cost(0 if grid.kv_core_num == 1 else batch, batch if grid.kv_core_num == 1 else 0, grid.kv_core_num,
-                    chunks, rows, kv_pages, block_size, core_count)
+    alike = batch if grid.kv_core_num > 1 else 0  # the one-pass grid: every sequence cut alike, or none
+    now = grid_cost(alike, batch - alike, grid.kv_core_num, chunks, rows, kv_pages, block_size, core_count)
     if grid_cost(cut, whole, cut_ranges, chunks, rows, kv_pages, block_size, core_count) >= now - 1e-9:
         return grid
     pieces = split_kv_grid(cut, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,

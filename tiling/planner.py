@@ -94,8 +94,8 @@ class PagedAttentionPlan:
         if self.kv_core_num <= 1:
             return 0
         table = self.tiling[abi.TILING_HEADER_WORDS:].reshape(self.batch, abi.TILING_BATCH_WORDS)
-        former = table[:self.split.former_batch, abi.BatchField.GATHER]
-        return int((np.asarray(self.context_lens)[former] > 0).sum())
+        gather = table[:, abi.BatchField.GATHER].astype(np.int64)
+        return int(split_slots(np.asarray(self.context_lens), gather, self.split.former_batch).sum())
 
     @property
     def features(self) -> int:
@@ -166,14 +166,15 @@ def split_slots(lens: np.ndarray, gather: np.ndarray, former_batch: int) -> np.n
 
 
 def _per_sequence(words: np.ndarray, lens: np.ndarray, *, num_heads: int, head_dim: int, block_size: int,
-                  kv_core_num: int, gather: np.ndarray, q_len: int, former_batch: int) -> None:
+                  kv_core_num: int, gather: np.ndarray, q_len: int, split: np.ndarray) -> None:
     """Slot words, vectorised: offsets in elements, 64-bit offsets as (hi, lo) pairs; a slot holds q_len x
-    num_heads rows.  The partial offsets count the split slots before each slot (0 for a tail slot)."""
+    num_heads rows.  The partial offsets count the ``split`` slots (:func:`split_slots`) before each slot (0 for a
+    tail slot); without split-KV every non-empty slot counts."""
     f = abi.BatchField
     batch = lens.size
     slots = np.arange(batch, dtype=np.int64)
     nonempty = (lens > 0).astype(np.int64)
-    split = split_slots(lens, gather, former_batch) if kv_core_num > 1 else nonempty
+    split = split if kv_core_num > 1 else nonempty
     before = np.concatenate(([0], np.cumsum(split)[:-1])).astype(np.int64) * split
     rows = q_len * num_heads
     row_elems = rows * head_dim
@@ -314,12 +315,12 @@ def plan_paged_attention(
         q_len=q_len, window_left=window_left, sinks_code=sinks_code, lse=int(return_lse), rope_dim=rope_dim,
         mla_rescale=rescale_word,
     )
+    partial_slots = split_slots(lens, gather, split.former_batch)
     _per_sequence(words, lens, num_heads=num_heads, head_dim=head_dim, block_size=block_size,
-                  kv_core_num=split.kv_core_num, gather=gather, q_len=q_len, former_batch=split.former_batch)
+                  kv_core_num=split.kv_core_num, gather=gather, q_len=q_len, split=partial_slots)
     words.setflags(write=False)
     sizes = workspace_sizes(
-        block_dim=split.block_dim, elem_bytes=DTYPES[dtype],
-        split_batch=int(split_slots(lens, gather, split.former_batch).sum()),
+        block_dim=split.block_dim, elem_bytes=DTYPES[dtype], split_batch=int(partial_slots.sum()),
         num_heads=num_heads * q_len, head_dim=head_dim, kv_core_num=split.kv_core_num, score_stage_elems=stage,
         mla=bool(rope_dim),
     )

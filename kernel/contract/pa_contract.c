@@ -435,7 +435,6 @@ static int32_t check_layout(pa_contract *c, const uint32_t *t, pa_mock_error *e)
     return rc;
 }
 
-
 /* A buffer shorter than the launch needs: element_offset is the first element it lacks. */
 static int32_t check_extent(const pa_contract *c, pa_mock_error *e, int32_t slot, uint64_t need, int32_t code) {
     if ((uint64_t)c->extent[slot] >= need) {

@@ -389,7 +389,7 @@ struct VectorCore {
             SetFlag(kPUbFree);
             if (deferSum) continue; /* an MLA unit is one piece (its hand-off is kPiece): the loop ends here */
             VecBarrier(kEdgeBarWiden);
-            CvtPiece(pF, kUbPf, pT, kUbPt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
+            CvtPiece(pF, kUbPf, pT, pAt, wl, RoundMode::CAST_NONE); /* l sums exactly the P the cube multiplies */
             VecBarrier(kEdgeBarRowSum);
             if (w0 == 0) {
                 RowSum(ll, pF, sT);
