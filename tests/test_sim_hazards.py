@@ -151,17 +151,21 @@ def _outcome(res: dict[str, Any]) -> dict[str, Any]:
             "passed": res.get("passed"), "summary": res.get("summary")}
 
 
-def child_sweep() -> dict[str, Any]:
-    """Baseline of every case, then each edge dropped until one case reports a hazard."""
+def child_sweep(shard: int, shards: int) -> dict[str, Any]:
+    """Shard ``shard`` of ``shards``: the baseline of every case (shard 0 only), then each of its edges (every
+    ``shards``-th) dropped until one case fails.  Edges of one stage are neighbours in ``enum Edge``, so each
+    edge first tries the case that caught the shard's previous edge, then the others in order."""
     lib = _lib()
     cases = DROP_CASES
-    baseline = [_outcome(run_case(case)) for case in cases]
+    baseline = [_outcome(run_case(case)) for case in cases] if shard == 0 else []
     dropped: dict[int, dict[str, Any]] = {}
-    for e in range(lib.pa_sim_sync_point_count()):
+    first = 0
+    for e in range(shard, lib.pa_sim_sync_point_count(), shards):
         lib.pa_sim_drop_sync(e)
-        for i, case in enumerate(cases):
-            out = {**_outcome(run_case(case)), "case": i}
+        for i in [first, *(i for i in range(len(cases)) if i != first)]:
+            out = {**_outcome(run_case(cases[i])), "case": i}
             if out["rc"] != 0:
+                first = i
                 break
         dropped[e] = out
     lib.pa_sim_drop_sync(-1)
@@ -245,11 +249,30 @@ def run_child(*args: str, env: dict[str, str] | None = None) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+#: the sweep's edges run in this many child processes at once (CI's machine has two cores; pytest uses one)
+SWEEP_SHARDS = 2
+
+
 @cache
 def sweep() -> dict[str, Any]:
-    # The mad operand check off: a dropped edge can let the cube multiply data not yet written, which that check
-    # reports before the hazard checker does; the sweep shows the hazard checker alone catches every edge.
-    return run_child("sweep", env={"PA_SIM_MAD_INPUT_CHECK": "0"})
+    """Every edge dropped in turn, the edges dealt over ``SWEEP_SHARDS`` concurrent children and merged.
+
+    The mad operand check off: a dropped edge can let the cube multiply data not yet written, which that check
+    reports before the hazard checker does; the sweep shows the hazard checker alone catches every edge."""
+    env = {**os.environ, "PA_SIM_MAD_INPUT_CHECK": "0"}
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "sweep", str(shard), str(SWEEP_SHARDS)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for shard in range(SWEEP_SHARDS)]
+    parts = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
+        assert proc.returncode == 0, f"simulation child failed ({proc.returncode}):\n{stderr[-4000:]}"
+        parts.append(json.loads(stdout.strip().splitlines()[-1]))
+    count = parts[0]["count"]
+    assert all(part["count"] == count for part in parts), "the shards saw different edge counts"
+    dropped = {int(e): out for part in parts for e, out in part["dropped"].items()}
+    assert sorted(dropped) == list(range(count)), "the shards did not sweep every edge once"
+    return {"count": count, "baseline": parts[0]["baseline"], "dropped": dropped}
 
 
 @cache
@@ -386,7 +409,7 @@ def test_the_device_path_ignores_k_padding() -> None:
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "sweep":
-        print(json.dumps(child_sweep()))
+        print(json.dumps(child_sweep(int(sys.argv[2]), int(sys.argv[3]))))
     elif mode == "mutations":
         print(json.dumps(child_mutations([tuple(m) for m in json.loads(sys.argv[2])])))
     elif mode == "padding":
