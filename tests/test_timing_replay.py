@@ -381,3 +381,20 @@ def test_a_forced_grid_is_traced_and_replayed_with_its_band(cost_tables: CostTab
     nominal, band = plan_search.with_band(shape, split[0]).removesuffix("]").split(" µs [band ")
     low, high = (float(x) for x in band.split("-"))
     assert low <= high and float(nominal) == pytest.approx(plan_search.predicted(shape, split[0]), abs=0.06)
+
+
+@needs_sim
+def test_the_fix_lever_prices_only_the_cubes_l0c_stores() -> None:
+    """``timing.levers``' FIX x2 (the L0C -> GM rate a device may show above pto-isa's table): at 128 MLA heads,
+    where the cube's FIX pipe bounds a unit, it shortens the launch; a factor of 1 is today's replay exactly."""
+    from timing import levers
+    from timing.model import DEFAULT
+    from timing.predictions import trace_of
+    from workloads.shapes import mla_shape
+
+    trace = trace_of(mla_shape(1, 1024, num_heads=128, dtype="fp16"), 1)
+    today = levers.predicted_us(trace, DEFAULT)
+    assert levers.predicted_us(trace, DEFAULT, fix_rate_factor=1.0) == today
+    assert levers.predicted_us(trace, DEFAULT, fix_rate_factor=2.0) < 0.9 * today
+    with pytest.raises(SystemExit):
+        levers.main(["--mla", "16,128,8192"])

@@ -1,6 +1,7 @@
 """Ranks the faster-kernel levers with the frozen model, before any of them is built.
 
     python -m timing.levers [--shapes b1_h32kv8_d128_ctx8k_bs128_fp16,...]
+    python -m timing.levers --mla 16,128,8192,256 --core-count 3     # batch,heads,ctx,block_size of one MLA shape
 
 For each shape the simulation's trace of today's kernel is replayed as it is and with one lever's effect applied
 to the trace or the constants, each an upper bound of what that lever can give:
@@ -15,7 +16,11 @@ to the trace or the constants, each an upper bound of what that lever can give:
 * ``free rescale``: every ``TROWEXPANDMUL`` (on the device stream: every ``vmul``) costs nothing (the update's
   O rescale by exp(m_old - m_new), and the split-KV combine's weighting, so an over-estimate): the most AMLA's
   integer-add rescale (adding to the FP32 exponent bits instead of a float multiply) can give; in pto-isa's
-  A2/A3 tables the row-expand add it would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles).
+  A2/A3 tables the row-expand add it would become costs 94 % of the multiply (16 x 128 fp32: 339 against 359 cycles);
+* ``FIX x2``: the cube's L0C -> GM stores (S, and MLA's P.V atomic adds) at twice pto-isa's 70 GiB/s per core.  Not
+  a kernel change but the rate nothing but a device can confirm: AMLA's published 86.8 % of peak, with the output
+  accumulated in GM by atomic adds as in our MLA path, implies a FIX rate well above pto-isa's table if its bytes per
+  token are ours (kernel/npu/PERFORMANCE.md, "Where #39's targets stand").
 
 Every time is a prediction of the model in timing/, printed with its band (``timing.model.prediction_text``); the
 gains are at the nominal constants and at the pessimistic end.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from types import MappingProxyType
 
 import numpy as np
 
@@ -34,7 +40,7 @@ from timing.model import DEFAULT, ModelConstants, band_ends, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from workloads import bytes_model
-from workloads.shapes import pr_shapes
+from workloads.shapes import mla_shape, pr_shapes
 
 DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16",
                   "b64_h32kv8_d128_ctx2k_bs128_fp16")
@@ -61,8 +67,17 @@ def free_rescale(trace: tr.Trace) -> tr.Trace:
     return tr.Trace(trace.events[keep], trace.op_names, trace.block_dim)
 
 
-def predicted_us(trace: tr.Trace, constants: ModelConstants) -> float:
-    return replay(trace, load_cost_tables(), constants).predicted_us
+#: the pto-isa pipe key of the cube's L0C -> GM stores (FIX)
+FIX_STORE_KEY = "L0C_TO_GM"
+
+
+def predicted_us(trace: tr.Trace, constants: ModelConstants, *, fix_rate_factor: float = 1.0) -> float:
+    costs = load_cost_tables()
+    if fix_rate_factor != 1.0:
+        rates = dict(costs.bandwidth_bytes_per_s)
+        rates[FIX_STORE_KEY] *= fix_rate_factor
+        costs = replace(costs, bandwidth_bytes_per_s=MappingProxyType(rates))
+    return replay(trace, costs, constants).predicted_us
 
 
 def predicted_and_balanced_us(trace: tr.Trace, constants: ModelConstants) -> tuple[float, float]:
@@ -83,19 +98,30 @@ def levers(trace: tr.Trace, constants: ModelConstants) -> dict[str, float]:
         "balanced cores": balanced,
         "no launch floor": predicted_us(trace, replace(constants, launch_floor_s=0.0)),
         "free rescale": predicted_us(free_rescale(trace), constants),
+        "FIX x2": predicted_us(trace, constants, fix_rate_factor=2.0),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help="shape ids of the pr set")
+    p.add_argument("--mla", metavar="B,H,CTX,BS", help="one fp16 absorbed-MLA shape instead: batch, q heads, "
+                   "context and block size (B128/H128/S8192's per-core schedule: 16,128,8192,256 on 3 cores)")
+    p.add_argument("--core-count", type=int, default=DEFAULT.cube_cores)
     args = p.parse_args(argv)
-    wanted = args.shapes.split(",")
-    shapes = [s for s in pr_shapes() if s.shape_id in wanted]
+    if args.mla:
+        fields = [int(v) for v in args.mla.split(",")]
+        if len(fields) != 4 or min(fields) < 1:
+            p.error(f"--mla takes four positive integers B,H,CTX,BS, got {args.mla!r}")
+        batch, heads, context, block_size = fields
+        shapes = [mla_shape(batch, context, num_heads=heads, block_size=block_size, dtype="fp16")]
+    else:
+        wanted = args.shapes.split(",")
+        shapes = [s for s in pr_shapes() if s.shape_id in wanted]
     print("| shape | lever | prediction | gain (nominal) | gain (pessimistic end) |")
     print("|---|---|---|---|---|")
     for shape in shapes:
-        trace = trace_of(shape, DEFAULT.cube_cores)
+        trace = trace_of(shape, args.core_count)
         nominal, fast, slow = (levers(trace, c) for c in band_ends())
         for name in nominal:
             gain = nominal["today"] / nominal[name]
