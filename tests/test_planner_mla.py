@@ -13,6 +13,7 @@ from tiling import abi, plan_paged_attention
 from tiling.mla_grid import mla_ranges, mla_task_heads, split_mla
 from tiling.schedule import enumerate_tasks
 from tiling.splits import combine_split_limit
+from workloads.shapes import log_uniform_lengths
 
 T = abi.TilingWord
 
@@ -94,6 +95,33 @@ def test_ragged_batch_keeps_the_mla_grid() -> None:
     plan = mla_plan([8192, 100, 3000, 0, 5000], 64)
     assert plan.split.former_head == 64
     assert plan.split.kv_core_num <= combine_split_limit(abi.MLA_LATENT_DIM)
+
+
+@pytest.mark.parametrize(("batch", "high", "block_size", "heads", "q_len"), [
+    (32, 8192, 128, 128, 1),
+    (64, 4096, 64, 32, 1),
+    (16, 16384, 128, 128, 2),  # two head chunks a sequence
+])
+def test_a_ragged_batch_is_balanced_with_mla_tasks(batch: int, high: int, block_size: int, heads: int,
+                                                   q_len: int) -> None:
+    """A ragged MLA batch gets the balancer's split-KV grid under MLA's rule (``mla_grid_rule``): every task holds
+    all heads a task can (the latent read once per range), each range is at least one hand-off, each sequence's
+    ranges cover its tokens once, and the busiest core runs fewer hand-offs (counted from the tiling words) than
+    the grid ``split_mla`` plans from the longest sequence alone (the planner before ragged MLA batches were
+    balanced: the control)."""
+    lens = list(log_uniform_lengths(batch, 16, high, 1234))
+    plan = mla_plan(lens, heads, q_len=q_len, block_size=block_size)
+    split = plan.split
+    assert split.former_head == mla_task_heads(heads, q_len) and split.kv_core_num > 1
+    assert split.kv_split_tokens >= abi.MLA_HANDOFF_TOKENS
+    covered: dict[tuple[int, int], int] = {}
+    for task in enumerate_tasks(plan.tiling, plan.block_dim):
+        covered[(task.slot, task.head_start)] = covered.get((task.slot, task.head_start), 0) + task.token_count
+    for (slot, _), tokens in covered.items():
+        assert tokens == lens[slot]
+    longest_only = mla_plan(lens, heads, q_len=q_len, block_size=block_size,
+                            grid=split_mla(batch, heads, max(lens), block_size, 24, "auto", q_len))
+    assert max(_handoffs_per_core(plan)) < 0.9 * max(_handoffs_per_core(longest_only))
 
 
 def _handoffs_per_core(plan: Any) -> list[int]:

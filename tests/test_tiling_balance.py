@@ -223,7 +223,10 @@ def test_compiled_placement_matches_the_numpy_reference() -> None:
 def test_compiled_decision_matches_the_numpy_reference() -> None:
     """``pa_balance_decide`` makes ``_decide_numpy``'s choice (keep the order, balanced order, or the split-KV
     candidate grid) with the same gather map, on random ragged batches of every strategy, group size, page size
-    and core count, pinned grids included; and every answer occurs, so the comparison covers each branch."""
+    and core count, pinned grids included, a quarter of them MLA batches under MLA's rule; and every answer occurs,
+    so the comparison covers each branch."""
+    from tiling import abi
+    from tiling.mla_grid import mla_grid_rule, split_mla
     from tiling.splits import split_cores
 
     require_plan_library()
@@ -242,9 +245,15 @@ def test_compiled_decision_matches_the_numpy_reference() -> None:
         if lens.min() == lens.max():
             continue
         pages = -(-lens // block_size)
-        split = split_cores(batch, heads, kv, int(lens.max()), block_size, head_dim, cores, strategy)  # type: ignore[arg-type]
+        if rng.random() < 0.25:  # an MLA batch: one latent head, tasks of every head, MLA's overheads
+            kv, head_dim, q_len = 1, abi.MLA_LATENT_DIM, int(rng.choice([1, 2]))
+            rule = mla_grid_rule(heads, q_len, int(lens.max()), block_size)
+            split = split_mla(batch, heads, int(lens.max()), block_size, cores, strategy, q_len)  # type: ignore[arg-type]
+        else:
+            rule = balance.gqa_rule(heads, kv, head_dim)
+            split = split_cores(batch, heads, kv, int(lens.max()), block_size, head_dim, cores, strategy)  # type: ignore[arg-type]
         kw = {"num_heads": heads, "num_kv_heads": kv, "block_size": block_size, "head_dim": head_dim,
-              "core_count": cores, "grid_fixed": strategy != "auto"}
+              "core_count": cores, "grid_fixed": strategy != "auto", "rule": rule}
         balance._decide.cache_clear()
         fast = balance._decide(split, pages.tobytes(), **kw)
         slow = balance._decide_numpy(split, pages * block_size, **kw)

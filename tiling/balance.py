@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,8 +59,26 @@ DECISIONS_CACHED = 8
 TIE_SCALE = 1.0 / (1 << 30)
 
 
+@dataclass(frozen=True)
+class GridRule:
+    """How a ragged batch's work is counted and which split-KV grid the balancer may try: tasks of
+    ``task_heads`` query heads and at most ``split_limit`` ranges, each range paying ``task_overhead`` and, in a
+    sequence of two or more, ``partial_overhead`` (tokens per query head, whole numbers so that every sum is
+    exact).  :func:`gqa_rule` is GQA's; ``tiling.mla_grid.mla_grid_rule`` MLA's."""
+
+    task_heads: int
+    split_limit: int
+    task_overhead: int = TASK_OVERHEAD
+    partial_overhead: int = PARTIAL_OVERHEAD
+
+
+def gqa_rule(num_heads: int, num_kv_heads: int, head_dim: int) -> GridRule:
+    """GQA's rule: the widest whole-group tasks, the combine's cap at ``head_dim``, GQA's overheads."""
+    return GridRule(widest_whole_groups(num_heads, num_kv_heads), combine_split_limit(head_dim))
+
+
 def _pass_work(lens: np.ndarray, *, num_heads: int, head_split: int, kv_split: int, kvcn: int, block_size: int,
-               cores: int) -> np.ndarray:
+               cores: int, overheads: tuple[int, int]) -> np.ndarray:
     """Work per core of each sequence's processes when its position's first process lands on core 0.
 
     Processes run head chunk major, split minor (the task loop); splits past a sequence's length are empty.
@@ -70,7 +89,8 @@ def _pass_work(lens: np.ndarray, *, num_heads: int, head_split: int, kv_split: i
     index = np.arange(kvcn)
     tokens = np.where(index[None, :] < splits[:, None] - 1, kv_split,
                       np.where(index[None, :] == splits[:, None] - 1, lens[:, None] - index[None, :] * kv_split, 0))
-    overhead = TASK_OVERHEAD + np.where(splits >= 2, PARTIAL_OVERHEAD, 0)[:, None]  # one split: no partial
+    task, partial = overheads
+    overhead = task + np.where(splits >= 2, partial, 0)[:, None]  # one split: no partial
     per_split = np.where(tokens > 0, tokens + overhead, 0).astype(np.float64)
     heads = np.minimum(head_split, num_heads - np.arange(chunks) * head_split)
     work = (heads[None, :, None] * per_split[:, None, :]).reshape(lens.size, chunks * kvcn)
@@ -84,7 +104,8 @@ class _Passes:
     """A grid's positions: which pass each is in, the core its first process lands on, and every sequence's
     work per core in either pass."""
 
-    def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, block_size: int) -> None:
+    def __init__(self, split: CoreSplit, lens: np.ndarray, num_heads: int, block_size: int,
+                 rule: GridRule | None = None) -> None:
         self.split, self.lens = split, lens
         cores = split.block_dim
         former_p = ceil_div(num_heads, split.former_head) * split.kv_core_num
@@ -92,7 +113,8 @@ class _Passes:
         positions = np.arange(lens.size)
         self.is_tail = positions >= split.former_batch
         self.base = np.where(self.is_tail, (positions - split.former_batch) * tail_p, positions * former_p) % cores
-        common = {"num_heads": num_heads, "block_size": block_size, "cores": cores}
+        overheads = (rule.task_overhead, rule.partial_overhead) if rule else (TASK_OVERHEAD, PARTIAL_OVERHEAD)
+        common = {"num_heads": num_heads, "block_size": block_size, "cores": cores, "overheads": overheads}
         self.former = _pass_work(lens, head_split=split.former_head, kv_split=split.kv_split_tokens,
                                  kvcn=split.kv_core_num, **common)
         self.tail = _pass_work(lens, head_split=split.tail_head, kv_split=split.kv_split_tokens, kvcn=1,
@@ -100,10 +122,11 @@ class _Passes:
 
 
 def core_work(split: CoreSplit, lens: np.ndarray, gather: np.ndarray, *, num_heads: int, num_kv_heads: int,
-              block_size: int) -> np.ndarray:
-    """Work per core (query-head tokens) of a grid and gather map, as the task loop distributes it."""
-    del num_kv_heads  # the unit counts query heads: the same for every group size
-    return _core_work(_Passes(split, lens, num_heads, block_size), gather)
+              block_size: int, rule: GridRule | None = None) -> np.ndarray:
+    """Work per core (query-head tokens) of a grid and gather map, as the task loop distributes it (overheads
+    from ``rule``, GQA's by default); the unit counts query heads, the same for every group size."""
+    del num_kv_heads
+    return _core_work(_Passes(split, lens, num_heads, block_size, rule), gather)
 
 
 def _core_work(passes: _Passes, gather: np.ndarray) -> np.ndarray:
@@ -114,7 +137,7 @@ def _core_work(passes: _Passes, gather: np.ndarray) -> np.ndarray:
 
 
 def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
-                    block_size: int) -> tuple[np.ndarray, np.ndarray]:
+                    block_size: int, rule: GridRule | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Schedule position -> slot, longest sequence first onto the free position whose cores end lowest; and
     the work per core that leaves (what :func:`core_work` gives for it).
 
@@ -125,7 +148,7 @@ def balanced_gather(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_k
     tried at every free start at once.
     """
     del num_kv_heads
-    return _balanced_gather(_Passes(split, lens, num_heads, block_size))
+    return _balanced_gather(_Passes(split, lens, num_heads, block_size, rule))
 
 
 def _balanced_gather(passes: _Passes) -> tuple[np.ndarray, np.ndarray]:
@@ -195,20 +218,21 @@ def widest_whole_groups(num_heads: int, num_kv_heads: int) -> int:
 
 
 def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int,
-                       head_dim: int, block_size: int, core_count: int) -> CoreSplit | None:
-    """The split-KV grid of the widest whole-group tasks to try against ``split``, or None.
+                       block_size: int, core_count: int, rule: GridRule) -> CoreSplit | None:
+    """The split-KV grid of ``rule``'s tasks (``task_heads`` query heads, at most ``split_limit`` ranges) to try
+    against ``split``, or None.
 
     A position's processes start ``chunks x kvCN`` cores after the previous position's, so only the counts
     that let a position start on the most cores compete (coprime with the launched cores, where one is).
     Among those the grid with the lowest estimate of its most loaded core after :func:`balanced_gather`
-    wins: the mean work per core (every range pays :data:`TASK_OVERHEAD`, a range of a sequence of two or
-    more also :data:`PARTIAL_OVERHEAD`) plus half a range, the excess a longest-first placement typically
+    wins: the mean work per core (every range pays the rule's task overhead, a range of a sequence of two or
+    more also its partial overhead) plus half a range, the excess a longest-first placement typically
     leaves; the fewest ranges among equals.
     """
     pages = -(-int(lens.max()) // block_size)
-    head_split = widest_whole_groups(num_heads, num_kv_heads)
+    head_split = rule.task_heads
     chunks = ceil_div(num_heads, head_split)
-    kvcn = np.arange(2, combine_split_limit(head_dim) + 1)
+    kvcn = np.arange(2, rule.split_limit + 1)
     split_pages = -(-pages // kvcn)
     valid = -(-pages // split_pages) == kvcn  # the longest sequence really runs kvcn ranges of that length
     valid &= (split_pages * block_size != split.kv_split_tokens) | (head_split != split.former_head)
@@ -219,8 +243,9 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
     aligned_pages = -(-lens // block_size)
     ranges = -(-aligned_pages[None, :] // split_pages[:, None])
     partials = np.where(ranges >= 2, ranges, 0).sum(axis=1)
-    total = (float(lens.sum()) + ranges.sum(axis=1) * TASK_OVERHEAD + partials * PARTIAL_OVERHEAD) * num_heads
-    one_range = (split_pages * block_size + TASK_OVERHEAD + PARTIAL_OVERHEAD) * head_split
+    total = (float(lens.sum()) + ranges.sum(axis=1) * rule.task_overhead
+             + partials * rule.partial_overhead) * num_heads
+    one_range = (split_pages * block_size + rule.task_overhead + rule.partial_overhead) * head_split
     estimate = np.maximum(total / block_dim + one_range / 2, one_range)
     reach = np.gcd(chunks * kvcn, block_dim)
     best = int(np.lexsort((kvcn, estimate, reach))[0])
@@ -230,7 +255,7 @@ def split_kv_candidate(split: CoreSplit, lens: np.ndarray, *, num_heads: int, nu
 
 def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *, num_heads: int,
                    num_kv_heads: int, block_size: int, head_dim: int, core_count: int,
-                   grid_fixed: bool = False) -> tuple[CoreSplit, np.ndarray]:
+                   grid_fixed: bool = False, rule: GridRule | None = None) -> tuple[CoreSplit, np.ndarray]:
     """The grid and gather map of a ragged batch.
 
     The given grid keeps the ``ascending`` gather map while its most loaded core does at most :data:`MIN_GAIN`
@@ -241,6 +266,9 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
     on one core alone keeps the given grid that far above its mean, no order can balance it: the candidate is
     tried first, and the balanced order only if the candidate does not beat that bound by :data:`MIN_GAIN`.
 
+    ``rule`` (:class:`GridRule`, default :func:`gqa_rule`) counts the work and shapes the candidate: an MLA
+    batch's tasks hold every head, its ranges are at least one hand-off long and cost MLA's overheads.
+
     Lengths count in whole pages here (the kernel's tiles, and what kvCN depends on), so the decision holds
     while no sequence crosses a page boundary: decode steps that only add tokens inside pages find it in a
     small cache (:data:`DECISIONS_CACHED`), and any order it returns stays valid for the new lengths.
@@ -249,13 +277,14 @@ def balance_ragged(split: CoreSplit, lens: np.ndarray, ascending: np.ndarray, *,
         return split, ascending
     pages = (-(-lens.astype(np.int64) // block_size)).astype(np.int64)
     grid, gather = _decide(split, pages.tobytes(), num_heads=num_heads, num_kv_heads=num_kv_heads,
-                           block_size=block_size, head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed)
+                           block_size=block_size, head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed,
+                           rule=rule or gqa_rule(num_heads, num_kv_heads, head_dim))
     return (split, ascending) if gather is None else (grid, np.frombuffer(gather, dtype=np.int64).copy())
 
 
 @functools.lru_cache(maxsize=DECISIONS_CACHED)
 def _decide(split: CoreSplit, pages: bytes, *, num_heads: int, num_kv_heads: int, block_size: int, head_dim: int,
-            core_count: int, grid_fixed: bool) -> tuple[CoreSplit, bytes | None]:
+            core_count: int, grid_fixed: bool, rule: GridRule) -> tuple[CoreSplit, bytes | None]:
     """:func:`balance_ragged` on page counts: the grid and the gather map (None: keep the ascending order).
 
     The compiled decision when ``build/lib/libpa_plan.so`` is built, else :func:`_decide_numpy`: the same
@@ -264,12 +293,12 @@ def _decide(split: CoreSplit, pages: bytes, *, num_heads: int, num_kv_heads: int
     lens = np.frombuffer(pages, dtype=np.int64) * block_size
     decided = native.balance_decide(
         split, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size, head_dim=head_dim,
-        core_count=core_count, grid_fixed=grid_fixed, combine_limit=combine_split_limit(head_dim),
-        whole_group_heads=widest_whole_groups(num_heads, num_kv_heads), task_overhead=TASK_OVERHEAD,
-        partial_overhead=PARTIAL_OVERHEAD, min_gain=MIN_GAIN, tie_scale=TIE_SCALE)
+        core_count=core_count, grid_fixed=grid_fixed, combine_limit=rule.split_limit,
+        whole_group_heads=rule.task_heads, task_overhead=rule.task_overhead,
+        partial_overhead=rule.partial_overhead, min_gain=MIN_GAIN, tie_scale=TIE_SCALE)
     if decided is None:
         return _decide_numpy(split, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
-                             head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed)
+                             head_dim=head_dim, core_count=core_count, grid_fixed=grid_fixed, rule=rule)
     decision, grid, gather = decided
     if decision == native.KEEP_ASCENDING:
         return split, None
@@ -281,10 +310,11 @@ def _decide(split: CoreSplit, pages: bytes, *, num_heads: int, num_kv_heads: int
 
 
 def _decide_numpy(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_heads: int, block_size: int,
-                  head_dim: int, core_count: int, grid_fixed: bool) -> tuple[CoreSplit, bytes | None]:
+                  head_dim: int, core_count: int, grid_fixed: bool, rule: GridRule) -> tuple[CoreSplit, bytes | None]:
     """The decision in numpy: the reference ``tiling/csrc/pa_balance.c`` (``pa_balance_decide``) must match."""
     kw = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "block_size": block_size}
-    passes = _Passes(split, lens, num_heads, block_size)
+    del head_dim  # in the rule's split limit
+    passes = _Passes(split, lens, num_heads, block_size, rule)
     work = _core_work(passes, np.argsort(lens, kind="stable"))
     mean = work.mean()
     if work.max() <= (1.0 + MIN_GAIN) * mean:
@@ -294,11 +324,10 @@ def _decide_numpy(split: CoreSplit, lens: np.ndarray, *, num_heads: int, num_kv_
                 float(passes.former[longest[split.tail_batch:]].max(initial=0.0)))
 
     def try_candidate() -> tuple[CoreSplit, np.ndarray, float] | None:
-        grid = None if grid_fixed else split_kv_candidate(split, lens, head_dim=head_dim, core_count=core_count,
-                                                          **kw)
+        grid = None if grid_fixed else split_kv_candidate(split, lens, core_count=core_count, rule=rule, **kw)
         if grid is None:
             return None
-        gather, load = balanced_gather(grid, lens, **kw)
+        gather, load = balanced_gather(grid, lens, rule=rule, **kw)
         return grid, gather, float(load.max())
 
     candidate = try_candidate() if bound > (1.0 + MIN_GAIN) * mean else None

@@ -15,6 +15,7 @@ from dataclasses import replace
 from math import gcd
 
 from tiling import abi
+from tiling.balance import GridRule
 from tiling.splits import (
     CoreSplit,
     Strategy,
@@ -82,6 +83,19 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     return replace(pieces, tail_batch=whole, tail_head=head_split, tail_group_move=pieces.former_group_move,
                    block_dim=min(core_count, pieces.task_count + whole * chunks),
                    task_count=pieces.task_count + whole * chunks)
+
+
+def mla_grid_rule(num_heads: int, q_len: int, max_kv: int, block_size: int) -> GridRule:
+    """How the ragged-batch balancer (``tiling.balance.balance_ragged``) counts an MLA batch's work and which grids
+    it may try: tasks of every head (:func:`mla_task_heads`), ranges of at least one hand-off of the longest
+    sequence and at most the combine's cap at D 512 (as :func:`split_mla` cuts a uniform batch), each range paying
+    :data:`MLA_TASK_OVERHEAD_UNITS` and each partial :data:`MLA_PARTIAL_UNITS`, in tokens per query head."""
+    kv_pages = kv_align_tokens(max_kv, block_size) // block_size
+    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
+    return GridRule(task_heads=mla_task_heads(num_heads, q_len),
+                    split_limit=min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM)),
+                    task_overhead=round(MLA_TASK_OVERHEAD_UNITS * abi.MLA_HANDOFF_TOKENS),
+                    partial_overhead=round(MLA_PARTIAL_UNITS * abi.MLA_HANDOFF_TOKENS))
 
 
 def mla_ranges(head_tasks: int, task_rows: int, kv_pages: int, block_size: int, core_count: int, most: int) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 from tiling import abi
 from tiling.balance import balance_ragged
 from tiling.invariant import invariant_tile, split_invariant
-from tiling.mla_grid import split_mla
+from tiling.mla_grid import mla_grid_rule, split_mla
 from tiling.rules import (
     DTYPES,
     lengths_array,
@@ -298,7 +298,8 @@ def plan_paged_attention(
         split, gather = balance_ragged(
             split, read, gather, num_heads=num_heads, num_kv_heads=num_kv_heads, block_size=block_size,
             head_dim=head_dim, core_count=core_count,
-            grid_fixed=grid is not None or batch_invariant or strategy != "auto" or bool(rope_dim))
+            grid_fixed=grid is not None or batch_invariant or strategy != "auto",
+            rule=mla_grid_rule(num_heads, q_len, max_kv, block_size) if rope_dim else None)
         if grid is None and not rope_dim:  # the balancer's own grid is sized for one token: cut its tasks to the rows
             split = cap_task_rows(split, q_len, num_heads, num_kv_heads, head_dim)
     key = abi.make_key(bf16=dtype == "bf16", split_kv=split.kv_core_num > 1, split_block=tile.split_block)
