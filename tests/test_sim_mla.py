@@ -106,6 +106,22 @@ def test_a_uniform_batch_cut_in_its_last_round_matches_the_golden(hq: int, resca
 
 
 @needs_sim
+@pytest.mark.parametrize(("hq", "q_len", "rescale"), [(16, 1, "plain"),
+                                                      pytest.param(128, 1, "pow2", marks=pytest.mark.slow),
+                                                      pytest.param(64, 2, "plain", marks=pytest.mark.slow)])
+def test_a_ragged_batch_on_the_balancers_grid_matches_the_golden(hq: int, q_len: int, rescale: str) -> None:
+    """A ragged batch gets the balancer's split-KV grid under MLA's rule (tiling.mla_grid.mla_grid_rule: ranges
+    of 5 pages for the longest of 1500 tokens, where the longest alone would plan one range each): every row
+    matches the golden and each latent byte is read once."""
+    lens = [1500, 40, 700, 16, 900, 300]
+    res = run_case({"mla": rescale, "hq": hq, "q_len": q_len, "dtype": "bf16", "bs": 64, "lens": lens, "cores": 6,
+                    "lse": True, "seed": 67})
+    passed(res)
+    assert res["kvcn"] == 5
+    assert res["stats"]["kv_read_bytes"] == sum(lens) * LATENT_ROW_BYTES
+
+
+@needs_sim
 @pytest.mark.parametrize(("heads", "ahead"), [(16, 2), (64, 2), (72, 1), (128, 1)])
 def test_tasks_of_at_most_64_rows_load_the_next_latent_before_the_first_matmul(heads: int, ahead: int) -> None:
     """A task of at most kMlaPrefetchRows rows holds three latent tiles, and each unit's Q.K^T first issues the load
