@@ -49,7 +49,8 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
 
     In ``auto`` mode a batch of ``uniform`` lengths may instead get :func:`split_remainder`'s grid (ABI v6): only
     the sequences of the last round cut, the rest whole in a tail pass, where that leaves the busiest core less
-    work."""
+    work.  A ragged batch's grid is then the balancer's to replace (``tiling.balance.balance_ragged`` under
+    :func:`mla_grid_rule`): this one is planned from the longest sequence alone."""
     head_split = mla_task_heads(num_heads, q_len)
     chunks = ceil_div(num_heads, head_split)
     head_tasks = chunks * batch
