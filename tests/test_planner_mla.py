@@ -163,3 +163,16 @@ def test_the_last_round_grid_evens_out_the_cores(batch: int, ctx: int, block_siz
     assert alike.split.tail_batch == 0
     assert max(_handoffs_per_core(plan)) < max(_handoffs_per_core(alike))
     assert plan.split_batch == split.former_batch < batch
+
+
+def test_a_decode_step_inside_its_pages_reuses_the_cached_grid() -> None:
+    """``split_mla`` depends on the longest sequence only through its whole pages, so an engine's next step (one
+    token more, no page crossed) takes the grid from the cache; a step that crosses a page plans again."""
+    from tiling.mla_grid import _split_mla
+
+    _split_mla.cache_clear()
+    first = split_mla(128, 128, 4000, 128, 24, "auto", 1, uniform=True)
+    assert split_mla(128, 128, 4001, 128, 24, "auto", 1, uniform=True) is first
+    assert _split_mla.cache_info().hits == 1
+    split_mla(128, 128, 4097, 128, 24, "auto", 1, uniform=True)
+    assert _split_mla.cache_info().misses == 2

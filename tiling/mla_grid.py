@@ -11,8 +11,11 @@ Costs are in MLA hand-offs (units of ``abi.MLA_HANDOFF_TOKENS`` tokens), the ste
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from math import gcd
+
+import numpy as np
 
 from tiling import abi
 from tiling.balance import GridRule
@@ -32,6 +35,8 @@ from tiling.splits import (
 #: 5.38 µs; a partial's read at pto-isa's GM -> UB rate is 2.4 µs).
 MLA_TASK_OVERHEAD_UNITS = 1.3
 MLA_PARTIAL_UNITS = 0.5
+#: MLA grids kept by :func:`split_mla` (its whole search costs about a millisecond at B64 on the host)
+GRIDS_CACHED = 8
 
 
 def mla_task_heads(num_heads: int, q_len: int) -> int:
@@ -50,11 +55,21 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     In ``auto`` mode a batch of ``uniform`` lengths may instead get :func:`split_remainder`'s grid (ABI v6): only
     the sequences of the last round cut, the rest whole in a tail pass, where that leaves the busiest core less
     work.  A ragged batch's grid is then the balancer's to replace (``tiling.balance.balance_ragged`` under
-    :func:`mla_grid_rule`): this one is planned from the longest sequence alone."""
+    :func:`mla_grid_rule`): this one is planned from the longest sequence alone.
+
+    The grid depends on ``max_kv`` only through its whole pages, so it comes from a cache of :data:`GRIDS_CACHED`
+    grids: an engine's decode steps re-plan the same batch until a sequence crosses a page."""
+    return _split_mla(batch, num_heads, kv_align_tokens(max_kv, block_size), max_kv == 0, block_size, core_count,
+                      strategy, q_len, uniform)
+
+
+@functools.lru_cache(maxsize=GRIDS_CACHED)
+def _split_mla(batch: int, num_heads: int, kv_align: int, empty: bool, block_size: int, core_count: int,
+               strategy: Strategy, q_len: int, uniform: bool) -> CoreSplit:
+    """:func:`split_mla` on the longest sequence's whole pages (``kv_align`` tokens; ``empty`` when it is 0)."""
     head_split = mla_task_heads(num_heads, q_len)
     chunks = ceil_div(num_heads, head_split)
     head_tasks = chunks * batch
-    kv_align = kv_align_tokens(max_kv, block_size)
     kv_pages = kv_align // block_size
     min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
     most = min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
@@ -68,7 +83,7 @@ def split_mla(batch: int, num_heads: int, max_kv: int, block_size: int, core_cou
     else:
         grid = split_kv_grid(batch, num_heads, 1, kv_align, block_size, abi.MLA_LATENT_DIM,
                               ceil_div(kv_pages, ranges), head_split, core_count)
-    if strategy != "auto" or not uniform or max_kv == 0:
+    if strategy != "auto" or not uniform or empty:
         return grid
     rows = head_split * q_len
     best = split_remainder(batch, chunks, rows, kv_pages, block_size, core_count, most)
@@ -131,16 +146,17 @@ def grid_cost(cut: int, whole: int, ranges: int, chunks: int, task_rows: int, kv
     loop"): the former pass's ``cut`` sequences x ``chunks`` head chunks x their KV ranges, task p on core p mod
     cores, then the tail pass's ``whole`` sequences x ``chunks``, again from core 0; each task its hand-offs plus
     :data:`MLA_TASK_OVERHEAD_UNITS`, each partial :data:`MLA_PARTIAL_UNITS` per 128 rows shared by the cores."""
-    load = [0.0] * core_count
-    pieces = _range_units(kv_pages, ranges, block_size) if cut else []
-    for p in range(cut * chunks * len(pieces)):
-        load[p % core_count] += pieces[p % len(pieces)] + MLA_TASK_OVERHEAD_UNITS
+    pieces = np.asarray(_range_units(kv_pages, ranges, block_size) if cut else [], dtype=np.float64)
+    task = np.arange(cut * chunks * pieces.size)
+    load = np.zeros(core_count)  # task p on core p mod cores, added in task order
+    load += np.bincount(task % core_count, weights=pieces[task % max(pieces.size, 1)] + MLA_TASK_OVERHEAD_UNITS,
+                        minlength=core_count)
     tail_tasks = whole * chunks
     unit = ceil_div(kv_pages * block_size, abi.MLA_HANDOFF_TOKENS) + MLA_TASK_OVERHEAD_UNITS
-    for core in range(core_count):
-        load[core] += (tail_tasks // core_count + (core < tail_tasks % core_count)) * unit
-    partials = cut * chunks * len(pieces) if len(pieces) > 1 else 0
-    return max(load) + partials * MLA_PARTIAL_UNITS * task_rows / abi.MLA_MAX_TASK_ROWS / core_count
+    core = np.arange(core_count)
+    load += (tail_tasks // core_count + (core < tail_tasks % core_count)) * unit
+    partials = task.size if pieces.size > 1 else 0
+    return float(load.max()) + partials * MLA_PARTIAL_UNITS * task_rows / abi.MLA_MAX_TASK_ROWS / core_count
 
 
 def split_remainder(batch: int, chunks: int, task_rows: int, kv_pages: int, block_size: int, core_count: int,
