@@ -10,11 +10,12 @@ it changes no task's arithmetic, only which core runs it.
 * :func:`balanced_gather` places the sequences longest first, each at the free position whose cores end
   lowest (a longest-processing-time rule with the loop's fixed positions as bins), where ATB's ascending
   order gives the cores of the last round the longest sequences of all.
-* :func:`balance_ragged` also tries split-KV grids of the widest whole-group tasks when the order alone
-  leaves a core :data:`MIN_GAIN` above the mean: a whole-sequence task longer than a core's share cannot be
-  balanced, its KV ranges can.  A candidate replaces the grid only if its most loaded core does
-  :data:`MIN_GAIN` less work, each range paying :data:`TASK_OVERHEAD` (and :data:`PARTIAL_OVERHEAD` where
-  its sequence has two or more).
+* :func:`balance_ragged` also tries split-KV grids when the order alone leaves a core :data:`MIN_GAIN` above
+  the mean: a whole-sequence task longer than a core's share cannot be balanced, its KV ranges can.  A
+  :class:`GridRule` says which: the widest whole-group tasks for GQA (:func:`gqa_rule`), all-head tasks of at
+  least one hand-off per range for MLA (``tiling.mla_grid.mla_grid_rule``).  A candidate replaces the grid
+  only if its most loaded core does :data:`MIN_GAIN` less work, each range paying :data:`TASK_OVERHEAD` (and
+  :data:`PARTIAL_OVERHEAD` where its sequence has two or more; MLA's rule has its own overheads).
 * Batches of more than :data:`MAX_BALANCED_BATCH` sequences keep ATB's order: with that many sequences per
   core its rounds hold neighbouring lengths, and the placement's host time grows with the batch.
 
