@@ -28,7 +28,7 @@ def summary(out: Path) -> dict[str, dict]:
 def fake_msprof(directory: Path) -> Path:
     """An ``msprof`` that records its arguments and succeeds."""
     script = directory / "msprof"
-    script.write_text(f"#!/bin/sh\necho \"$@\" > {directory / 'msprof_args.txt'}\n")
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {directory / 'msprof_args.txt'}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -55,8 +55,12 @@ def test_cpu_rehearsal_runs_every_step_on_the_mock(tmp_path, monkeypatch, capsys
         assert steps[name]["status"] == "ok", (name, steps[name]["detail"])
     assert "1 passed" in steps["accuracy"]["detail"]
     assert f"{SMALL_SHAPE}: 4 launches, 0 differing" in steps["determinism"]["detail"]
-    args = (tmp_path / "bin" / "msprof_args.txt").read_text()
-    assert "--application=" in args and "bench_pa_performance.py" in args and "--output=" in args
+    gqa, mla = (tmp_path / "bin" / "msprof_args.txt").read_text().splitlines()  # one profile each
+    for args, name in ((gqa, "gqa"), (mla, "mla")):
+        assert "--application=" in args and "bench_pa_performance.py" in args, args
+        assert f"--output={out / 'msprof' / name}" in args, args
+    assert "--baselines ifa" in gqa and "--mla" not in gqa
+    assert "--mla" in mla and "--heads 128" in mla and "--baselines fia" in mla
     table = (out / "compare.txt").read_text()
     assert "b1_h32kv8_d128_ctx256_bs128_fp16" in table and "5.0-20.0" in table
     assert "mean |error|" in table and "rehearsal on mock" in table and "a CPU model of the device" in table

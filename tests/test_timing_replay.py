@@ -392,9 +392,13 @@ def test_the_fix_lever_prices_only_the_cubes_l0c_stores() -> None:
     from timing.predictions import trace_of
     from workloads.shapes import mla_shape
 
-    trace = trace_of(mla_shape(1, 1024, num_heads=128, dtype="fp16"), 1)
+    shape = mla_shape(1, 1024, num_heads=128, dtype="fp16")
+    trace = trace_of(shape, 1)
     today = levers.predicted_us(trace, DEFAULT)
     assert levers.predicted_us(trace, DEFAULT, fix_rate_factor=1.0) == today
     assert levers.predicted_us(trace, DEFAULT, fix_rate_factor=2.0) < 0.9 * today
+    rows = levers.fix_grid(shape, trace, 1)  # --fix-grid: x1 at the prior hand-off is today's replay
+    assert len(rows) == 2 + len(levers.FIX_GRID_FACTORS)
+    assert rows[2].startswith(f"| x1 | {today:.1f} µs, ")
     with pytest.raises(SystemExit):
         levers.main(["--mla", "16,128,8192"])

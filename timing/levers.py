@@ -2,6 +2,7 @@
 
     python -m timing.levers [--shapes b1_h32kv8_d128_ctx8k_bs128_fp16,...]
     python -m timing.levers --mla 16,128,8192,256 --core-count 3     # batch,heads,ctx,block_size of one MLA shape
+    python -m timing.levers --mla 16,128,8192,256 --core-count 3 --fix-grid   # FIX rate x hand-off what-if
 
 For each shape the simulation's trace of today's kernel is replayed as it is and with one lever's effect applied
 to the trace or the constants, each an upper bound of what that lever can give:
@@ -34,13 +35,14 @@ from types import MappingProxyType
 
 import numpy as np
 
+from benchmark.roofline import A2
 from timing import trace as tr
 from timing.costs import load_cost_tables
 from timing.model import DEFAULT, ModelConstants, band_ends, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from workloads import bytes_model
-from workloads.shapes import mla_shape, pr_shapes
+from workloads.shapes import BenchShape, mla_shape, pr_shapes
 
 DEFAULT_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b8_h32kv8_d128_ctx2k_bs128_fp16",
                   "b64_h32kv8_d128_ctx2k_bs128_fp16")
@@ -89,6 +91,28 @@ def predicted_and_balanced_us(trace: tr.Trace, constants: ModelConstants) -> tup
     return pred.predicted_us, max(pred.predicted_us - (ends.max() - ends.mean()) * 1e6, floor_us)
 
 
+#: ``--fix-grid``: factors on pto-isa's L0C -> GM rate x cube<->vector hand-off latencies (s), the two rates the
+#: cube-bound MLA kernel depends on that nothing published constrains (kernel/npu/PERFORMANCE.md, #39's targets)
+FIX_GRID_FACTORS = (1.0, 1.4, 2.0)
+FIX_GRID_HANDOFFS_S = (1.0e-6, 0.5e-6, 0.25e-6, 0.0)
+
+
+def fix_grid(shape: BenchShape, trace: tr.Trace, core_count: int) -> list[str]:
+    """Markdown rows: the trace replayed at each FIX factor x hand-off latency, as µs and % of the cube peak of
+    ``core_count`` cores (nominal constants otherwise; a what-if of the model, not a lever of the kernel)."""
+    flops = bytes_model.traffic(shape).flops
+    peak = A2.cube_flops_per_s * core_count / DEFAULT.cube_cores
+    rows = ["| L0C -> GM rate | " + " | ".join(f"hand-off {h * 1e6:g} µs" for h in FIX_GRID_HANDOFFS_S) + " |",
+            "|---" * (len(FIX_GRID_HANDOFFS_S) + 1) + "|"]
+    for factor in FIX_GRID_FACTORS:
+        cells = []
+        for handoff_s in FIX_GRID_HANDOFFS_S:
+            us = predicted_us(trace, replace(DEFAULT, handoff_latency_s=handoff_s), fix_rate_factor=factor)
+            cells.append(f"{us:.1f} µs, {100 * flops / (us * 1e-6 * peak):.1f} %")
+        rows.append(f"| x{factor:g} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def levers(trace: tr.Trace, constants: ModelConstants) -> dict[str, float]:
     today, balanced = predicted_and_balanced_us(trace, constants)
     return {
@@ -108,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mla", metavar="B,H,CTX,BS", help="one fp16 absorbed-MLA shape instead: batch, q heads, "
                    "context and block size (B128/H128/S8192's per-core schedule: 16,128,8192,256 on 3 cores)")
     p.add_argument("--core-count", type=int, default=DEFAULT.cube_cores)
+    p.add_argument("--fix-grid", action="store_true", help="instead of the levers: the FIX rate x hand-off "
+                   "what-if table (µs and % of the cube peak of the launched cores)")
     args = p.parse_args(argv)
     if args.mla:
         fields = [int(v) for v in args.mla.split(",")]
@@ -118,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         wanted = args.shapes.split(",")
         shapes = [s for s in pr_shapes() if s.shape_id in wanted]
+    if args.fix_grid:
+        for shape in shapes:
+            print(f"{shape.shape_id} on {args.core_count} cores (timing-model predictions):")
+            print("\n".join(fix_grid(shape, trace_of(shape, args.core_count), args.core_count)), flush=True)
+        return 0
     print("| shape | lever | prediction | gain (nominal) | gain (pessimistic end) |")
     print("|---|---|---|---|---|")
     for shape in shapes:

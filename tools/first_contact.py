@@ -10,12 +10,16 @@ failed but no NPU was found):
 3. ``determinism``: 1,000 launches of one plan per shape, each output compared bit for bit with the first
    (the output is filled with NaN before every launch, so a launch that skips a row is caught too);
 4. ``bench``: the published shapes against IFA and FIA (``bench_pa_performance.py --shapes pr --json``);
-5. ``msprof``: a CANN profile of pa-kit and IFA on the largest published shape, when ``msprof`` is on PATH
-   (its pipe utilisation gives the MTE2 busy time and the hand-off gaps the timing model needs);
+5. ``msprof``: CANN profiles, when ``msprof`` is on PATH: pa-kit and IFA on the largest published shape (its
+   pipe utilisation gives the MTE2 busy time and the hand-off gaps the timing model needs), and pa-kit and FIA on
+   DeepSeek-V3's MLA at 128 heads, where the model has the cube bound by FIX (the L0C -> GM stores): its FIX busy
+   time gives the rate pto-isa's table assumes (70 GiB/s a core), which decides issue #39's cube target
+   (kernel/npu/PERFORMANCE.md, "Where #39's targets stand");
 6. ``compare``: measured against the newest committed predictions (``timing/predictions-2026-11-28-l2.json``)
    and IFA's published times, per shape (``tools/contact_report.py``).
 
-Everything a step prints goes to ``<out>/<step>.log``; ``<out>/summary.json`` records every step's outcome.
+Everything a step prints goes to ``<out>/<step>.log`` (msprof: one log per profile, ``msprof_<name>.log``);
+``<out>/summary.json`` records every step's outcome.
 On a CPU the same script runs with ``--backend mock`` (how ``tests/test_first_contact.py`` checks it).
 """
 
@@ -46,8 +50,13 @@ DEFAULT_LAUNCHES = 1000
 #: Determinism shapes: a split-KV plan (b1, 8K: the combine's order is where non-determinism would hide) and
 #: the largest published shape (every core busy).
 DETERMINISM_SHAPES = ("b1_h32kv8_d128_ctx8k_bs128_fp16", "b64_h32kv8_d128_ctx2k_bs128_fp16")
-#: What msprof profiles: the largest published shape, pa-kit and IFA, few launches.
-MSPROF_BENCH = ("--batch", "64", "--ctx", "2048", "--baselines", "ifa", "--iters", "20")
+#: What msprof profiles, each into a directory of its name: the largest published shape, pa-kit and IFA; and
+#: tilelang's MLA shape per core (B24 of B128/H128/S8192, one sequence a core), pa-kit and FIA; few launches.
+MSPROF_PROFILES: dict[str, tuple[str, ...]] = {
+    "gqa": ("--batch", "64", "--ctx", "2048", "--baselines", "ifa", "--iters", "20"),
+    "mla": ("--mla", "--batch", "24", "--heads", "128", "--ctx", "8192", "--block-size", "256", "--dtype", "fp16",
+            "--baselines", "fia", "--iters", "20"),
+}
 NPU_LIBRARY = REPO_ROOT / "build" / "lib" / "libpa_npu.so"
 LOG_TAIL_LINES = 15
 #: Exit code when no step failed but ``--backend npu`` found no NPU: nothing was proven, and a script that
@@ -214,14 +223,17 @@ def step_msprof(ctx: Context) -> StepResult:
         return StepResult("msprof", SKIPPED, "msprof is not on PATH (source CANN's set_env.sh)")
     if ctx.npu_missing:
         return StepResult("msprof", SKIPPED, ctx.npu_missing)
-    application = " ".join([sys.executable, str(REPO_ROOT / "bench_pa_performance.py"), "--backend",
-                            ctx.backend, *MSPROF_BENCH])
-    profile = ctx.out / "msprof"
-    command = [msprof, f"--output={profile}", "--aic-metrics=PipeUtilization", f"--application={application}"]
-    code, tail = run_logged(ctx, "msprof", command)
-    if code != 0:
-        return StepResult("msprof", FAILED, f"msprof exited {code}:\n{tail}")
-    return StepResult("msprof", OK, f"profile in {profile}")
+    done = []
+    for name, bench in MSPROF_PROFILES.items():
+        application = " ".join([sys.executable, str(REPO_ROOT / "bench_pa_performance.py"), "--backend",
+                                ctx.backend, *bench])
+        profile = ctx.out / "msprof" / name
+        command = [msprof, f"--output={profile}", "--aic-metrics=PipeUtilization", f"--application={application}"]
+        code, tail = run_logged(ctx, f"msprof_{name}", command)
+        if code != 0:
+            return StepResult("msprof", FAILED, f"msprof ({name}) exited {code}:\n{tail}")
+        done.append(str(profile))
+    return StepResult("msprof", OK, f"profiles in {', '.join(done)}")
 
 
 def step_compare(ctx: Context) -> StepResult:
