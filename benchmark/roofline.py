@@ -28,14 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from timing.model import DEFAULT as MODEL
+from timing.model import cube_peak_flops_per_s
 from workloads import bytes_model
 from workloads.shapes import BenchShape
 
-#: pto-isa's A2/A3 main frequency (``kMainFrequencyHz``), the clock of the timing model's cycle tables.
-CUBE_CLOCK_HZ = 1.85e9
-#: One ``mad`` fractal repeat (16 x 16 x 16 multiply-adds) per cycle for fp16/bf16 operands.
-CUBE_MACS_PER_CYCLE = 16 * 16 * 16
-FLOPS_PER_MAC = 2
 MEMORY_BOUND, COMPUTE_BOUND = "memory-bound", "compute-bound"
 US_PER_S = 1e6
 
@@ -55,7 +51,7 @@ class Machine:
 
 
 A2 = Machine("A2 (910B-class; timing model's constants)", MODEL.hbm_peak_bytes_per_s,
-             MODEL.cube_cores * CUBE_MACS_PER_CYCLE * FLOPS_PER_MAC * CUBE_CLOCK_HZ)
+             cube_peak_flops_per_s(MODEL.cube_cores))
 
 
 def bound_of(intensity: float, machine: Machine = A2) -> str:

@@ -35,10 +35,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from benchmark.roofline import A2
 from timing import trace as tr
 from timing.costs import load_cost_tables
-from timing.model import DEFAULT, ModelConstants, band_ends, prediction_text
+from timing.model import DEFAULT, ModelConstants, band_ends, cube_peak_flops_per_s, prediction_text
 from timing.predictions import trace_of
 from timing.replay import replay
 from workloads import bytes_model
@@ -101,7 +100,7 @@ def fix_grid(shape: BenchShape, trace: tr.Trace, core_count: int) -> list[str]:
     """Markdown rows: the trace replayed at each FIX factor x hand-off latency, as µs and % of the cube peak of
     ``core_count`` cores (nominal constants otherwise; a what-if of the model, not a lever of the kernel)."""
     flops = bytes_model.traffic(shape).flops
-    peak = A2.cube_flops_per_s * core_count / DEFAULT.cube_cores
+    peak = cube_peak_flops_per_s(core_count)
     rows = ["| L0C -> GM rate | " + " | ".join(f"hand-off {h * 1e6:g} µs" for h in FIX_GRID_HANDOFFS_S) + " |",
             "|---" * (len(FIX_GRID_HANDOFFS_S) + 1) + "|"]
     for factor in FIX_GRID_FACTORS:

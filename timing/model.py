@@ -63,6 +63,17 @@ class ModelConstants:
 
 DEFAULT = ModelConstants()
 
+#: pto-isa's A2/A3 main frequency (``kMainFrequencyHz``), the clock of the timing model's cycle tables.
+CUBE_CLOCK_HZ = 1.85e9
+#: One ``mad`` fractal repeat (16 x 16 x 16 multiply-adds) per cycle for fp16/bf16 operands (``timing/costs.py``).
+CUBE_MACS_PER_CYCLE = 16 * 16 * 16
+FLOPS_PER_MAC = 2
+
+
+def cube_peak_flops_per_s(cores: int) -> float:
+    """The fp16/bf16 cube peak of ``cores`` cube cores in the model's cycle tables (the roofline's compute roof)."""
+    return cores * CUBE_MACS_PER_CYCLE * FLOPS_PER_MAC * CUBE_CLOCK_HZ
+
 #: Each constant's band (docs/TIMING_MODEL.md): (factor at the optimistic end, factor at the pessimistic end).
 #: The DMA curve's band is on its loss (1 - e), so it is applied to dma_efficiency_32b through ``loss_factor``.
 BANDS: dict[str, tuple[float, float]] = {
