@@ -71,8 +71,7 @@ def _split_mla(batch: int, num_heads: int, kv_align: int, empty: bool, block_siz
     chunks = ceil_div(num_heads, head_split)
     head_tasks = chunks * batch
     kv_pages = kv_align // block_size
-    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
-    most = min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
+    most = mla_range_limit(kv_pages, block_size)
     ranges = 1
     if strategy == "auto":
         ranges = mla_ranges(head_tasks, head_split * q_len, kv_pages, block_size, core_count, most)
@@ -101,15 +100,20 @@ def _split_mla(batch: int, num_heads: int, kv_align: int, empty: bool, block_siz
                    task_count=pieces.task_count + whole * chunks)
 
 
+def mla_range_limit(kv_pages: int, block_size: int) -> int:
+    """Most KV ranges a sequence of ``kv_pages`` pages may be cut into: each at least one MLA hand-off, at most the
+    combine's cap at D 512 (``combine_split_limit``)."""
+    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
+    return min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM))
+
+
 def mla_grid_rule(num_heads: int, q_len: int, max_kv: int, block_size: int) -> GridRule:
     """How the ragged-batch balancer (``tiling.balance.balance_ragged``) counts an MLA batch's work and which grids
     it may try: tasks of every head (:func:`mla_task_heads`), ranges of at least one hand-off of the longest
     sequence and at most the combine's cap at D 512 (as :func:`split_mla` cuts a uniform batch), each range paying
     :data:`MLA_TASK_OVERHEAD_UNITS` and each partial :data:`MLA_PARTIAL_UNITS`, in tokens per query head."""
     kv_pages = kv_align_tokens(max_kv, block_size) // block_size
-    min_pages = ceil_div(abi.MLA_HANDOFF_TOKENS, block_size)
-    return GridRule(task_heads=mla_task_heads(num_heads, q_len),
-                    split_limit=min(max(1, kv_pages // min_pages), combine_split_limit(abi.MLA_LATENT_DIM)),
+    return GridRule(task_heads=mla_task_heads(num_heads, q_len), split_limit=mla_range_limit(kv_pages, block_size),
                     task_overhead=round(MLA_TASK_OVERHEAD_UNITS * abi.MLA_HANDOFF_TOKENS),
                     partial_overhead=round(MLA_PARTIAL_UNITS * abi.MLA_HANDOFF_TOKENS))
 
